@@ -1,0 +1,1 @@
+"""Stops the pipeline when ExampleValidator found anomalies, before any training."""

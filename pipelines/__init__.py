@@ -1,0 +1,1 @@
+"""mptfx pipeline definition, configuration, runners and CLI."""

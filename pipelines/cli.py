@@ -1,0 +1,226 @@
+"""The `mptfx` command.
+
+    mptfx run [--config FILE] [--set KEY=VALUE ...] [--workspace DIR] [--data DIR] [--json]
+
+Exit codes: 0 the run completed (blessed or not), 1 a pipeline component failed,
+2 usage, configuration or input-data error (the message names the key, file or folder),
+130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import logging
+import os
+import secrets
+import sys
+import time
+import warnings
+from pathlib import Path
+from typing import Any, TextIO
+
+EXIT_OK, EXIT_PIPELINE_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+
+class UsageError(Exception):
+    """Bad command line, config or input data: exit 2 with a one-line message."""
+
+
+def _quiet_tensorflow() -> None:
+    # Must happen before TensorFlow is imported; the full log still goes to pipeline.log.
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
+    warnings.filterwarnings("ignore")
+
+
+def _log_to_file(path: Path) -> logging.Handler:
+    """Send every library's log records to `path` and keep them off the terminal."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    for existing in list(root.handlers):
+        root.removeHandler(existing)
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+    logging.captureWarnings(True)
+    return handler
+
+
+def _new_run_id() -> str:
+    return datetime.datetime.now().strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(2)
+
+
+def _one_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return text[0] if text else type(error).__name__
+
+
+def _resolve_data_root(config: Any, workspace: Any, data_arg: str | None) -> str:
+    """The folder to ingest: --data, else data.source; builtin:digits is exported first."""
+    from components.ingest.listing import DataError, is_tfrecord_dir, scan_image_folder
+    from pipelines.config import BUILTIN_DIGITS
+    from pipelines.datasets import export_digits
+
+    source = data_arg or config.data.source
+    if source == BUILTIN_DIGITS:
+        return str(export_digits(workspace.builtin_data_dir, config.data.builtin_per_class))
+    if source.startswith("builtin:") or source.startswith("synthetic:"):
+        raise UsageError(f"unknown data.source {source!r}; use {BUILTIN_DIGITS} or a folder")
+    try:
+        if not is_tfrecord_dir(source):
+            scan_image_folder(source)  # fails fast on a missing, empty or single-class folder
+    except DataError as error:
+        raise UsageError(str(error)) from None
+    return os.path.abspath(source)
+
+
+def _print_summary(summary: dict[str, Any], out: TextIO) -> None:
+    rows = [("component", "status", "seconds")]
+    for name, info in summary["components"].items():
+        seconds = info["seconds"]
+        rows.append((name, info["status"], "-" if seconds is None else f"{seconds:.1f}"))
+    width = max(len(row[0]) for row in rows)
+    print("", file=out)
+    for row in rows:
+        print(f"  {row[0]:<{width}}  {row[1]:<10} {row[2]:>8}", file=out)
+    trainer, evaluation = summary.get("trainer", {}), summary.get("eval", {})
+    pushed, data = summary.get("pushed", {}), summary.get("data", {})
+    facts = [
+        ("run", f"{summary['run_id']}  {summary['status']}  {summary['wall_seconds']:.1f} s"),
+        ("data", f"{data.get('images', '?')} images, {data.get('quarantined', 0)} quarantined"),
+    ]
+    if trainer:
+        facts.append(("trainer", f"{trainer.get('model')} {trainer.get('precision')} "
+                      f"({trainer.get('precision_reason')}), strategy {trainer.get('strategy')}, "
+                      f"xla {trainer.get('xla')}, {trainer.get('epochs')} epochs, "
+                      f"{trainer.get('images_per_sec', 0):.0f} img/s"))
+    if evaluation:
+        verdict = "BLESSED" if evaluation.get("blessed") else "NOT blessed: " + "; ".join(
+            evaluation.get("why_not_blessed", []))
+        facts.append(("eval", f"accuracy {evaluation.get('accuracy')}  {verdict}"))
+    if pushed:
+        facts.append(("pushed", f"version {pushed['version']} -> {pushed['path']}"
+                      if pushed.get("pushed") else "nothing pushed"))
+    for variant, info in (summary.get("tflite") or {}).items():
+        if isinstance(info, dict):
+            facts.append((f"tflite {variant}", f"{info.get('bytes')} bytes, agreement "
+                          f"{info.get('agreement')}, published: {info.get('path') or 'no'}"))
+    if summary.get("error"):
+        facts.append(("error", summary["error"]))
+    facts.append(("summary", summary["summary_path"]))
+    print("", file=out)
+    for key, value in facts:
+        print(f"  {key + ':':<13} {value}", file=out)
+
+
+def _command_run(args: argparse.Namespace) -> int:
+    _quiet_tensorflow()
+    out = sys.stderr if args.json else sys.stdout
+    started = time.monotonic()
+    from pipelines.config import ConfigError, load_config
+    from pipelines.workspace import Workspace
+
+    try:
+        config = load_config(args.config, args.set or [])
+    except ConfigError as error:
+        raise UsageError(str(error)) from None
+    workspace = Workspace(Path(args.workspace).resolve())
+    run_id = _new_run_id()
+    run_dir = workspace.run_dir(run_id)
+    log_path = run_dir / "pipeline.log"
+    _log_to_file(log_path)
+    data_root = _resolve_data_root(config, workspace, args.data)
+
+    from pipelines.local_runner import RunProgress, run_locally
+    from pipelines.pipeline import create_pipeline
+    from pipelines.summary import build_summary, collect_outputs
+
+    pipeline = create_pipeline(config, workspace, data_root)
+    print(f"mptfx run {run_id}: {len(pipeline.components)} components, "
+          f"workspace {workspace.root}, log {log_path}", file=out)
+
+    def on_event(kind: str, timing: Any) -> None:
+        if kind == "start":
+            print(f"  > {timing.name} ...", file=out, flush=True)
+        else:
+            print(f"  < {timing.name} done in {timing.seconds:.1f} s", file=out, flush=True)
+
+    progress = RunProgress()
+    error: BaseException | None = None
+    try:
+        run_locally(pipeline, run_id, on_event, progress)
+    except KeyboardInterrupt:
+        error = KeyboardInterrupt("interrupted")
+    except Exception as failure:  # a component raised: report it, keep the summary
+        error = failure
+        logging.getLogger("mptfx").exception("component %s failed", progress.failed_component)
+
+    base = {
+        "status": "completed" if error is None else "failed",
+        "run_id": run_id,
+        "pipeline": config.pipeline.name,
+        "workspace": str(workspace.root),
+        "data_root": data_root,
+        "summary_path": str(run_dir / "summary.json"),
+        "log_path": str(log_path),
+        "config": config.model_dump(),
+    }
+    if error is not None:
+        base["failed_component"] = progress.failed_component
+        base["error"] = f"{progress.failed_component or 'pipeline'} failed: {_one_line(error)}"
+    nodes = collect_outputs(pipeline.metadata_connection_config, config.pipeline.name, run_id)
+    timings = {name: t.seconds for name, t in progress.timings.items()}
+    summary = build_summary(nodes, timings, base)
+    summary["trainer"].setdefault("model", config.model.name)
+    summary["wall_seconds"] = round(time.monotonic() - started, 2)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+
+    _print_summary(summary, out)
+    if args.json:
+        print(json.dumps(summary, indent=2, default=str))
+    if isinstance(error, KeyboardInterrupt):
+        return EXIT_INTERRUPTED
+    if error is not None:
+        print(f"mptfx: error: {base['error']} (full log: {log_path})", file=sys.stderr)
+        return EXIT_PIPELINE_FAILED
+    return EXIT_OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argparse tree of `mptfx` and its sub-commands."""
+    parser = argparse.ArgumentParser(
+        prog="mptfx",
+        description="Mixed-precision TFX pipeline: ingest, train, evaluate, publish.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    run = commands.add_parser("run", help="run the whole pipeline locally")
+    run.add_argument("--config", help="YAML config (default: configs/local.yaml when present)")
+    run.add_argument("--set", action="append", metavar="KEY=VALUE",
+                     help="override one config key, e.g. --set trainer.epochs=3 (repeatable)")
+    run.add_argument("--workspace", default="workspace", help="output folder (default ./workspace)")
+    run.add_argument("--data", help="image folder (one sub-folder per class) or TFRecord folder")
+    run.add_argument("--json", action="store_true", help="print summary.json on stdout")
+    run.set_defaults(handler=_command_run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the `mptfx` console script; returns the process exit code."""
+    args = build_parser().parse_args(argv)
+    try:
+        return args.handler(args)
+    except UsageError as error:
+        print(f"mptfx: error: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("mptfx: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

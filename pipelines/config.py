@@ -1,0 +1,204 @@
+"""The one typed configuration object: YAML file + dotted `--set key=value` overrides.
+
+Every section rejects unknown keys, so a typo such as `trainer.epoch=3` fails with exit code 2
+and names the key instead of being silently ignored. Defaults here are the embedded local
+setup; `configs/local.yaml` spells out the same values for people to copy.
+
+    config = load_config("configs/local.yaml", overrides=["trainer.epochs=3"])
+    config.trainer.epochs  # 3
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+DEFAULT_CONFIG_PATH = Path("configs/local.yaml")
+BUILTIN_DIGITS = "builtin:digits"
+
+
+class ConfigError(ValueError):
+    """A configuration problem the user can fix: unknown key, bad value, unreadable file."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class PipelineSection(_Section):
+    name: str = Field("mptfx-digits", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    enable_cache: bool = True
+
+
+class DataSection(_Section):
+    # A folder with one sub-folder per class, a folder of TFRecord files, or builtin:digits.
+    source: str = BUILTIN_DIGITS
+    # builtin:digits only: export at most this many images per class (0 = all 1,797).
+    builtin_per_class: int = Field(0, ge=0)
+    splits: dict[str, float] = Field(default_factory=lambda: {"train": 0.8, "eval": 0.2})
+    # null keeps each image's own size (the Trainer resizes); [H, W] resizes at ingest.
+    image_size: list[int] | None = None
+    resize_method: Literal["stretch", "pad"] = "stretch"
+    channels: Literal["auto", "1", "3"] = "auto"
+    max_bad_fraction: float = Field(0.01, ge=0.0, le=1.0)
+
+    @field_validator("splits")
+    @classmethod
+    def _train_and_eval(cls, splits: dict[str, float]) -> dict[str, float]:
+        if set(splits) != {"train", "eval"}:
+            raise ValueError(f"splits must name exactly 'train' and 'eval'. Received: {splits}")
+        if any(ratio <= 0 for ratio in splits.values()) or abs(sum(splits.values()) - 1) > 1e-6:
+            raise ValueError(f"split ratios must be > 0 and sum to 1. Received: {splits}")
+        return splits
+
+    @field_validator("image_size")
+    @classmethod
+    def _two_positive_ints(cls, size: list[int] | None) -> list[int] | None:
+        if size is not None and (len(size) != 2 or min(size) < 1):
+            raise ValueError(f"image_size must be [height, width] or null. Received: {size}")
+        return size
+
+
+class ModelSection(_Section):
+    name: str = "seed_cnn"
+    input_size: list[int] = Field(default_factory=lambda: [16, 16])
+    params: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("input_size")
+    @classmethod
+    def _two_positive_ints(cls, size: list[int]) -> list[int]:
+        if len(size) != 2 or min(size) < 1:
+            raise ValueError(f"input_size must be [height, width]. Received: {size}")
+        return size
+
+    @field_validator("name")
+    @classmethod
+    def _registered(cls, name: str) -> str:
+        from models.registry import available_models  # deferred: imports TensorFlow
+
+        if name not in available_models():
+            raise ValueError(f"unknown model {name!r}; available: {', '.join(available_models())}")
+        return name
+
+
+class TrainerSection(_Section):
+    epochs: int = Field(15, ge=1)
+    batch_size: int = Field(32, ge=1)
+    learning_rate: float = Field(1e-3, gt=0)
+    precision: Literal["auto", "float32", "mixed_float16", "mixed_bfloat16"] = "auto"
+    prefer_bfloat16: bool = False
+    strategy: Literal["auto", "one_device", "mirrored", "multi_worker"] = "auto"
+    xla: Literal["auto", "on", "off"] = "auto"
+    scale_learning_rate: bool = False
+    seed: int = 42
+
+
+class EvaluatorSection(_Section):
+    min_accuracy: float = Field(0.9, ge=0.0, le=1.0)
+    # How much accuracy may drop against the latest blessed model (absolute, e.g. 0.01 = 1 point).
+    max_regression: float = Field(0.01, ge=0.0, le=1.0)
+
+
+class PusherSection(_Section):
+    model_name: str = Field("digits", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    # Empty = <workspace>/serving. TF Serving's --model_base_path is <serving_dir>/<model_name>.
+    serving_dir: str = ""
+    keep_versions: int = Field(5, ge=1)
+
+
+class ExportSection(_Section):
+    serving_precision: Literal["float32", "mixed"] = "float32"
+
+
+class TFLiteSection(_Section):
+    variants: list[Literal["fp32", "fp16", "dynamic_int8", "int8"]] = Field(
+        default_factory=lambda: ["fp32"]
+    )
+    uint8_io: bool = False
+    representative_samples: int = Field(200, ge=1)
+    # 0 = the whole eval split.
+    parity_limit: int = Field(0, ge=0)
+
+
+class Config(_Section):
+    """The whole pipeline configuration; see `configs/local.yaml` for every key."""
+
+    pipeline: PipelineSection = Field(default_factory=PipelineSection)
+    data: DataSection = Field(default_factory=DataSection)
+    model: ModelSection = Field(default_factory=ModelSection)
+    trainer: TrainerSection = Field(default_factory=TrainerSection)
+    evaluator: EvaluatorSection = Field(default_factory=EvaluatorSection)
+    pusher: PusherSection = Field(default_factory=PusherSection)
+    export: ExportSection = Field(default_factory=ExportSection)
+    tflite: TFLiteSection = Field(default_factory=TFLiteSection)
+
+    def trainer_custom_config(self) -> dict[str, Any]:
+        """The JSON-able dict the Trainer's run_fn receives as `custom_config`."""
+        return {
+            "data": self.data.model_dump(),
+            "model": self.model.model_dump(),
+            "trainer": self.trainer.model_dump(),
+            "export": self.export.model_dump(),
+        }
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """Split `a.b.c=value` into its key path and a YAML-typed value (`3` → int, `[1,2]` → list)."""
+    key, sep, raw = text.partition("=")
+    if not sep or not key.strip():
+        raise ConfigError(f"--set expects KEY=VALUE, e.g. trainer.epochs=3. Received: {text!r}")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    return key.strip().split("."), value
+
+
+def _apply_override(tree: dict[str, Any], path: list[str], value: Any) -> None:
+    node = tree
+    for part in path[:-1]:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"config key {'.'.join(path)}: {part!r} is not a section")
+        node = child
+    node[path[-1]] = value
+
+
+def _describe(error: ValidationError) -> str:
+    first = error.errors()[0]
+    key = ".".join(str(part) for part in first["loc"])
+    if first["type"] == "extra_forbidden":
+        return f"unknown config key {key!r}"
+    received = first.get("input")
+    return f"bad value for config key {key!r}: {first['msg']} (received {received!r})"
+
+
+def load_config(path: str | os.PathLike | None = None, overrides: list[str] = ()) -> Config:
+    """Read YAML (default `configs/local.yaml` when it exists) and apply `--set` overrides.
+
+    Raises ConfigError with a one-line message naming the file or key.
+    """
+    tree: dict[str, Any] = {}
+    source = Path(path) if path else (DEFAULT_CONFIG_PATH if DEFAULT_CONFIG_PATH.exists() else None)
+    if source is not None:
+        try:
+            loaded = yaml.safe_load(source.read_text())
+        except FileNotFoundError:
+            raise ConfigError(f"config file not found: {source}") from None
+        except (OSError, yaml.YAMLError) as error:
+            reason = str(error).splitlines()[0]
+            raise ConfigError(f"cannot read config file {source}: {reason}") from None
+        if loaded is not None and not isinstance(loaded, dict):
+            raise ConfigError(f"config file {source} must hold a mapping of sections")
+        tree = loaded or {}
+    for text in overrides:
+        _apply_override(tree, *parse_override(text))
+    try:
+        return Config.model_validate(tree)
+    except ValidationError as error:
+        where = f" in {source}" if source else ""
+        raise ConfigError(_describe(error) + where) from None

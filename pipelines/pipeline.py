@@ -1,0 +1,149 @@
+"""The one mptfx pipeline. Every runner (local, Kubernetes, KFP export) takes what this builds.
+
+Components in data-flow order: Ingest → StatisticsGen → SchemaGen → ExampleValidator →
+DataValidationGate → Trainer → (latest blessed model) → Evaluator → Pusher → TF Lite.
+"""
+
+from __future__ import annotations
+
+import json
+
+import tensorflow_model_analysis as tfma
+from tfx import v1 as tfx
+
+from components.ingest.component import ImageExampleGen
+from components.ingest.listing import compute_input_fingerprint
+from components.tflite.component import TFLiteExport
+from components.validation.gate import DataValidationGate
+from pipelines.config import Config
+from pipelines.workspace import Workspace
+
+TRAINER_RUN_FN = "components.trainer.module.run_fn"
+LABEL_KEY = "label"
+PREDICTION_KEY = "probabilities"
+
+
+def build_eval_config(config: Config) -> tfma.EvalConfig:
+    """TFMA: accuracy with an absolute floor and a regression bound against the baseline,
+    per-class accuracy (= recall, by slicing on the label) and a confusion matrix."""
+    accuracy_threshold = tfma.MetricThreshold(
+        value_threshold=tfma.GenericValueThreshold(
+            lower_bound={"value": config.evaluator.min_accuracy}
+        ),
+        change_threshold=tfma.GenericChangeThreshold(
+            direction=tfma.MetricDirection.HIGHER_IS_BETTER,
+            absolute={"value": -config.evaluator.max_regression},
+        ),
+    )
+    return tfma.EvalConfig(
+        model_specs=[
+            tfma.ModelSpec(
+                signature_name="serving_default",
+                label_key=LABEL_KEY,
+                prediction_key=PREDICTION_KEY,
+            )
+        ],
+        slicing_specs=[tfma.SlicingSpec(), tfma.SlicingSpec(feature_keys=[LABEL_KEY])],
+        metrics_specs=[
+            tfma.MetricsSpec(
+                metrics=[
+                    tfma.MetricConfig(class_name="ExampleCount"),
+                    tfma.MetricConfig(
+                        class_name="SparseCategoricalAccuracy",
+                        threshold=accuracy_threshold,
+                    ),
+                    tfma.MetricConfig(class_name="MultiClassConfusionMatrixPlot"),
+                ]
+            )
+        ],
+    )
+
+
+def create_pipeline(
+    config: Config, workspace: Workspace, data_root: str, span: int = 0
+) -> tfx.dsl.Pipeline:
+    """Build the pipeline for `config`, reading images (or TFRecords) from `data_root`."""
+    ingest = ImageExampleGen(
+        data_root=data_root,
+        splits=json.dumps(config.data.splits),
+        image_size=json.dumps(config.data.image_size),
+        resize_method=config.data.resize_method,
+        channels=config.data.channels,
+        max_bad_fraction=config.data.max_bad_fraction,
+        # Part of the execution's inputs, so TFX's cache re-ingests exactly when files change.
+        input_fingerprint=compute_input_fingerprint(data_root),
+        span=span,
+    ).with_id("Ingest")
+
+    statistics_gen = tfx.components.StatisticsGen(examples=ingest.outputs["examples"])
+    schema_gen = tfx.components.SchemaGen(
+        statistics=statistics_gen.outputs["statistics"], infer_feature_shape=True
+    )
+    example_validator = tfx.components.ExampleValidator(
+        statistics=statistics_gen.outputs["statistics"], schema=schema_gen.outputs["schema"]
+    )
+    data_gate = DataValidationGate(anomalies=example_validator.outputs["anomalies"])
+
+    trainer = tfx.components.Trainer(
+        run_fn=TRAINER_RUN_FN,
+        examples=ingest.outputs["examples"],
+        schema=schema_gen.outputs["schema"],
+        custom_config=config.trainer_custom_config(),
+    )
+    trainer.add_upstream_node(data_gate)
+
+    model_resolver = tfx.dsl.Resolver(
+        strategy_class=tfx.dsl.experimental.LatestBlessedModelStrategy,
+        model=tfx.dsl.Channel(type=tfx.types.standard_artifacts.Model),
+        model_blessing=tfx.dsl.Channel(type=tfx.types.standard_artifacts.ModelBlessing),
+    ).with_id("LatestBlessedModel")
+
+    evaluator = tfx.components.Evaluator(
+        examples=ingest.outputs["examples"],
+        model=trainer.outputs["model"],
+        baseline_model=model_resolver.outputs["model"],
+        example_splits=["eval"],
+        eval_config=build_eval_config(config),
+    )
+
+    serving_dir = workspace.serving_dir(config.pusher.model_name, config.pusher.serving_dir)
+    pusher = tfx.components.Pusher(
+        model=trainer.outputs["model"],
+        model_blessing=evaluator.outputs["blessing"],
+        push_destination=tfx.proto.PushDestination(
+            filesystem=tfx.proto.PushDestination.Filesystem(base_directory=serving_dir)
+        ),
+    )
+
+    tflite = TFLiteExport(
+        model=trainer.outputs["model"],
+        examples=ingest.outputs["examples"],
+        pushed_model=pusher.outputs["pushed_model"],
+        variants=json.dumps(config.tflite.variants),
+        publish_dir=str(workspace.tflite_dir(config.pusher.model_name)),
+        uint8_io=int(config.tflite.uint8_io),
+        representative_samples=config.tflite.representative_samples,
+        parity_limit=config.tflite.parity_limit,
+    ).with_id("TFLite")
+
+    return tfx.dsl.Pipeline(
+        pipeline_name=config.pipeline.name,
+        pipeline_root=str(workspace.pipeline_root(config.pipeline.name)),
+        components=[
+            ingest,
+            statistics_gen,
+            schema_gen,
+            example_validator,
+            data_gate,
+            trainer,
+            model_resolver,
+            evaluator,
+            pusher,
+            tflite,
+        ],
+        enable_cache=config.pipeline.enable_cache,
+        metadata_connection_config=tfx.orchestration.metadata.sqlite_metadata_connection_config(
+            str(workspace.metadata_path)
+        ),
+        beam_pipeline_args=["--direct_running_mode=in_memory", "--direct_num_workers=1"],
+    )

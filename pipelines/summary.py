@@ -1,0 +1,192 @@
+"""summary.json: what one pipeline run did, read back from ML Metadata and the artifacts.
+
+Everything here is read after the run from the records TFX itself wrote (executions,
+artifacts, TFMA results), so the summary of a cached component is as complete as that of
+one that ran.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from ml_metadata.proto import metadata_store_pb2
+from tfx.orchestration import metadata
+
+_STATE_NAMES = {
+    metadata_store_pb2.Execution.COMPLETE: "completed",
+    metadata_store_pb2.Execution.CACHED: "cached",
+    metadata_store_pb2.Execution.FAILED: "failed",
+    metadata_store_pb2.Execution.RUNNING: "running",
+    metadata_store_pb2.Execution.NEW: "new",
+    metadata_store_pb2.Execution.CANCELED: "canceled",
+}
+
+
+def _custom(artifact: metadata_store_pb2.Artifact, key: str) -> Any:
+    if key not in artifact.custom_properties:
+        return None
+    value = artifact.custom_properties[key]
+    kind = value.WhichOneof("value")
+    if kind == "struct_value":
+        from google.protobuf import json_format
+
+        return json_format.MessageToDict(value.struct_value)
+    return getattr(value, kind)
+
+
+def _read_json(path: str) -> Any:
+    try:
+        with open(path) as handle:
+            return json.load(handle)
+    except (OSError, ValueError):
+        return None
+
+
+def collect_outputs(
+    connection_config: metadata_store_pb2.ConnectionConfig, pipeline_name: str, run_id: str
+) -> dict[str, dict[str, Any]]:
+    """Map node id → {"state": str, "outputs": {output key: [artifact protos]}} for one run."""
+    nodes: dict[str, dict[str, Any]] = {}
+    with metadata.Metadata(connection_config) as handle:
+        store = handle.store
+        run_context = store.get_context_by_type_and_name("pipeline_run", run_id)
+        if run_context is None:
+            return nodes
+        executions = store.get_executions_by_context(run_context.id)
+        prefix = f"{pipeline_name}."
+        for execution in executions:
+            node_id = next(
+                (c.name[len(prefix):] for c in store.get_contexts_by_execution(execution.id)
+                 if c.type == "node" or c.name.startswith(prefix)),
+                str(execution.id),
+            )
+            outputs: dict[str, list] = {}
+            events = store.get_events_by_execution_ids([execution.id])
+            output_events = [e for e in events if e.type in (
+                metadata_store_pb2.Event.OUTPUT, metadata_store_pb2.Event.DECLARED_OUTPUT)]
+            artifacts = {a.id: a for a in store.get_artifacts_by_id(
+                [e.artifact_id for e in output_events])}
+            for event in output_events:
+                key = event.path.steps[0].key if event.path.steps else "output"
+                outputs.setdefault(key, []).append(artifacts[event.artifact_id])
+            nodes[node_id] = {
+                "state": _STATE_NAMES.get(execution.last_known_state, "unknown"),
+                "execution_id": execution.id,
+                "outputs": outputs,
+            }
+    return nodes
+
+
+def _first(nodes: dict, node: str, key: str) -> metadata_store_pb2.Artifact | None:
+    artifacts = nodes.get(node, {}).get("outputs", {}).get(key, [])
+    return artifacts[0] if artifacts else None
+
+
+def _data_section(nodes: dict) -> dict[str, Any]:
+    section: dict[str, Any] = {}
+    examples = _first(nodes, "Ingest", "examples")
+    if examples is not None:
+        section["examples_uri"] = examples.uri
+        section["span"] = _custom(examples, "span")
+    report = _first(nodes, "Ingest", "quarantine")
+    if report is not None:
+        quarantine = _read_json(os.path.join(report.uri, "quarantine.json")) or {}
+        section["images"] = quarantine.get("total")
+        section["quarantined"] = quarantine.get("bad")
+        section["split_counts"] = quarantine.get("split_counts")
+        section["quarantine_report"] = os.path.join(report.uri, "quarantine.json")
+    return section
+
+
+def _trainer_section(nodes: dict) -> dict[str, Any]:
+    model_run = _first(nodes, "Trainer", "model_run")
+    if model_run is None:
+        return {}
+    training = _read_json(os.path.join(model_run.uri, "training_summary.json")) or {}
+    training.pop("history", None)
+    training["model_uri"] = getattr(_first(nodes, "Trainer", "model"), "uri", None)
+    training["tensorboard_logs"] = os.path.join(model_run.uri, "logs")
+    return training
+
+
+def _eval_section(nodes: dict) -> dict[str, Any]:
+    evaluation = _first(nodes, "Evaluator", "evaluation")
+    blessing = _first(nodes, "Evaluator", "blessing")
+    if evaluation is None:
+        return {}
+    import tensorflow_model_analysis as tfma
+
+    section: dict[str, Any] = {"blessed": bool(blessing and _custom(blessing, "blessed"))}
+    section["evaluation_uri"] = evaluation.uri
+    per_class: dict[str, float] = {}
+    for slice_metrics in tfma.load_metrics(evaluation.uri):
+        slice_key = slice_metrics.slice_key
+        for entry in slice_metrics.metric_keys_and_values:
+            if entry.key.name != "sparse_categorical_accuracy" or entry.key.HasField(
+                "model_name") and entry.key.model_name == "baseline":
+                continue
+            if entry.key.is_diff:
+                continue
+            value = entry.value.double_value.value
+            if not slice_key.single_slice_keys:
+                section["accuracy"] = round(value, 4)
+            else:
+                label = slice_key.single_slice_keys[0].int64_value
+                per_class[str(label)] = round(value, 4)
+    if per_class:
+        section["recall_per_class"] = dict(sorted(per_class.items(), key=lambda kv: int(kv[0])))
+    validation = tfma.load_validation_result(evaluation.uri)
+    failures = []
+    for per_slice in validation.metric_validations_per_slice:
+        for failure in per_slice.failures:
+            failures.append(failure.message or str(failure.metric_key.name))
+    if not section["blessed"]:
+        section["why_not_blessed"] = failures or ["the Evaluator did not bless the model"]
+    return section
+
+
+def _pushed_section(nodes: dict) -> dict[str, Any]:
+    pushed = _first(nodes, "Pusher", "pushed_model")
+    if pushed is None:
+        return {}
+    if not _custom(pushed, "pushed"):
+        return {"pushed": False}
+    return {
+        "pushed": True,
+        "path": _custom(pushed, "pushed_destination"),
+        "version": _custom(pushed, "pushed_version"),
+    }
+
+
+def _tflite_section(nodes: dict) -> dict[str, Any]:
+    models = _first(nodes, "TFLite", "tflite_models")
+    if models is None:
+        return {}
+    return _read_json(os.path.join(models.uri, "report.json")) or {}
+
+
+def build_summary(
+    nodes: dict[str, dict[str, Any]],
+    timings: dict[str, float | None],
+    base: dict[str, Any],
+) -> dict[str, Any]:
+    """Assemble summary.json from the collected run outputs and per-component timings."""
+    components = {}
+    for name in list(timings) + [node for node in nodes if node not in timings]:
+        state = nodes.get(name, {}).get("state", "not run")
+        seconds = timings.get(name)
+        components[name] = {
+            "status": state,
+            "seconds": None if seconds is None else round(seconds, 2),
+            "execution_id": nodes.get(name, {}).get("execution_id"),
+        }
+    summary = dict(base)
+    summary["components"] = components
+    summary["data"] = _data_section(nodes)
+    summary["trainer"] = _trainer_section(nodes)
+    summary["eval"] = _eval_section(nodes)
+    summary["pushed"] = _pushed_section(nodes)
+    summary["tflite"] = _tflite_section(nodes)
+    return summary
