@@ -39,7 +39,7 @@ def export_digits(destination: str | os.PathLike, per_class: int = 0) -> Path:
     destination.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".digits-", dir=destination.parent))
     written_per_class: dict[int, int] = {}
-    for index, (image, label) in enumerate(zip(images, digits.target)):
+    for index, (image, label) in enumerate(zip(images, digits.target, strict=True)):
         label = int(label)
         if per_class and written_per_class.get(label, 0) >= per_class:
             continue

@@ -13,6 +13,7 @@ from tfx import v1 as tfx
 
 from components.ingest.component import ImageExampleGen
 from components.ingest.listing import compute_input_fingerprint
+from components.pusher.component import AtomicPusher
 from components.tflite.component import TFLiteExport
 from components.validation.gate import DataValidationGate
 from pipelines.config import Config
@@ -106,14 +107,12 @@ def create_pipeline(
         eval_config=build_eval_config(config),
     )
 
-    serving_dir = workspace.serving_dir(config.pusher.model_name, config.pusher.serving_dir)
-    pusher = tfx.components.Pusher(
+    pusher = AtomicPusher(
         model=trainer.outputs["model"],
         model_blessing=evaluator.outputs["blessing"],
-        push_destination=tfx.proto.PushDestination(
-            filesystem=tfx.proto.PushDestination.Filesystem(base_directory=serving_dir)
-        ),
-    )
+        base_directory=workspace.serving_dir(config.pusher.model_name, config.pusher.serving_dir),
+        keep_versions=config.pusher.keep_versions,
+    ).with_id("Pusher")
 
     tflite = TFLiteExport(
         model=trainer.outputs["model"],

@@ -1,0 +1,1 @@
+"""Atomic publication of blessed models in TF Serving's versioned layout."""

@@ -1,0 +1,76 @@
+"""Bad input gets one clear line naming the folder, file or key, and a documented exit code."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from pipelines.datasets import export_digits
+
+EXIT_PIPELINE_FAILED, EXIT_USAGE = 1, 2
+
+
+def _error_line(stderr: str) -> str:
+    lines = [line for line in stderr.splitlines() if line.startswith("mptfx: error:")]
+    assert len(lines) == 1, stderr[-2000:]
+    assert "Traceback" not in stderr
+    return lines[0]
+
+
+def test_missing_data_dir(mptfx, tmp_path):
+    result = mptfx("run", "--workspace", str(tmp_path / "ws"), "--data", str(tmp_path / "nope"))
+    assert result.returncode == EXIT_USAGE
+    assert str(tmp_path / "nope") in _error_line(result.stderr)
+
+
+def test_empty_data_dir(mptfx, tmp_path):
+    (tmp_path / "empty").mkdir()
+    result = mptfx("run", "--workspace", str(tmp_path / "ws"), "--data", str(tmp_path / "empty"))
+    assert result.returncode == EXIT_USAGE
+    assert str(tmp_path / "empty") in _error_line(result.stderr)
+
+
+def test_single_class_dataset(mptfx, tmp_path):
+    only = tmp_path / "data" / "cats"
+    only.mkdir(parents=True)
+    for index in range(5):
+        Image.new("L", (8, 8), color=index * 40).save(only / f"{index}.png")
+    result = mptfx("run", "--workspace", str(tmp_path / "ws"), "--data", str(tmp_path / "data"))
+    assert result.returncode == EXIT_USAGE
+    line = _error_line(result.stderr)
+    assert "cats" in line and "2" in line
+
+
+@pytest.mark.parametrize("override, named", [
+    ("trainer.epoch=3", "trainer.epoch"),
+    ("trainer.precision=float8", "trainer.precision"),
+])
+def test_unknown_config_key_or_bad_value(mptfx, tmp_path, override, named):
+    result = mptfx("run", "--workspace", str(tmp_path / "ws"), "--set", override)
+    assert result.returncode == EXIT_USAGE
+    assert named in _error_line(result.stderr)
+    assert not (tmp_path / "ws" / "tfx").exists()  # nothing started
+
+
+def test_missing_config_file(mptfx, tmp_path):
+    result = mptfx("run", "--config", str(tmp_path / "absent.yaml"))
+    assert result.returncode == EXIT_USAGE
+    assert "absent.yaml" in _error_line(result.stderr)
+
+
+def test_too_many_corrupt_files_fail_the_ingest_naming_them(mptfx, tmp_path):
+    data = export_digits(tmp_path / "digits", per_class=3)
+    for index in range(3):
+        (data / "7" / f"broken_{index}.png").write_bytes(b"not a png at all")
+    result = mptfx("run", "--workspace", str(tmp_path / "ws"), "--data", str(data), "--json")
+    assert result.returncode == EXIT_PIPELINE_FAILED
+    line = _error_line(result.stderr)
+    assert "Ingest" in line and "broken_0.png" in line and "max_bad_fraction" in line
+    summary = result.summary
+    assert summary["status"] == "failed" and summary["failed_component"] == "Ingest"
+    assert summary["components"]["Ingest"]["status"] == "failed"
+    assert "Trainer" not in summary["components"]
+    # Nothing was lost: the user's files are all still there.
+    assert len(list(Path(data).glob("*/*"))) == 33

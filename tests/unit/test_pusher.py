@@ -1,0 +1,85 @@
+"""Publishing: integer versions, atomic (no half version ever visible), old ones pruned."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+import tensorflow as tf
+
+from components.pusher.publish import PublishError, existing_versions, publish_version
+
+
+@pytest.fixture(scope="module")
+def saved_model(tmp_path_factory) -> str:
+    module = tf.Module()
+    module.weight = tf.Variable([1.0, 2.0, 3.0])
+    module.predict = tf.function(lambda x: x * module.weight,
+                                 input_signature=[tf.TensorSpec([3], tf.float32)])
+    path = str(tmp_path_factory.mktemp("model") / "serving")
+    tf.saved_model.save(module, path)
+    return path
+
+
+def _visible(base) -> list[str]:
+    return sorted(os.listdir(base)) if os.path.isdir(base) else []
+
+
+def test_versions_count_up_from_one_and_load(saved_model, tmp_path):
+    base = str(tmp_path / "serving" / "digits")
+    assert publish_version(saved_model, base) == (1, f"{base}/1")
+    version, path = publish_version(saved_model, base)
+    assert version == 2 and _visible(base) == ["1", "2"]
+    loaded = tf.saved_model.load(path)
+    assert loaded.predict(tf.constant([1.0, 1.0, 1.0])).numpy().tolist() == [1.0, 2.0, 3.0]
+
+
+def test_keep_versions_prunes_the_oldest(saved_model, tmp_path):
+    base = str(tmp_path / "digits")
+    for _ in range(4):
+        publish_version(saved_model, base, keep_versions=2)
+    assert existing_versions(base) == [3, 4]
+
+
+def test_copy_failing_midway_leaves_no_new_version_and_next_push_succeeds(saved_model, tmp_path):
+    base = str(tmp_path / "digits")
+    publish_version(saved_model, base)
+    copied = []
+
+    def copy_then_fail(source: str, destination: str) -> None:
+        if len(copied) == 1:
+            raise OSError("disk full (injected)")
+        tf.io.gfile.copy(source, destination, overwrite=True)
+        copied.append(destination)
+
+    with pytest.raises(PublishError, match=f"{base}/2 failed, nothing published: disk full"):
+        publish_version(saved_model, base, copy_file=copy_then_fail)
+    assert copied, "the copy had started before it failed"
+    assert _visible(base) == ["1"]  # no version 2, no staging folder left behind
+    assert publish_version(saved_model, base) == (2, f"{base}/2")
+
+
+def test_saved_model_pb_is_copied_last(saved_model, tmp_path):
+    order = []
+
+    def recording_copy(source: str, destination: str) -> None:
+        order.append(os.path.basename(destination))
+        tf.io.gfile.copy(source, destination, overwrite=True)
+
+    publish_version(saved_model, str(tmp_path / "m"), copy_file=recording_copy)
+    assert order[-1] == "saved_model.pb" and len(order) > 1
+
+
+def test_stale_staging_from_a_killed_push_is_cleaned(saved_model, tmp_path):
+    base = tmp_path / "digits"
+    stale = base / f".staging-{time.time() - 7200:.0f}-deadbeef"
+    stale.mkdir(parents=True)
+    (stale / "variables").mkdir()
+    publish_version(saved_model, str(base))
+    assert _visible(base) == ["1"]
+
+
+def test_not_a_saved_model_is_refused(tmp_path):
+    with pytest.raises(PublishError, match="no saved_model.pb in"):
+        publish_version(str(tmp_path), str(tmp_path / "out"))
