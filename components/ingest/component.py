@@ -1,0 +1,88 @@
+"""`ImageExampleGen`: the TFX component that runs `ingest` and publishes its artifacts.
+
+Its `examples` output is laid out like TFX's own ExampleGen output, so StatisticsGen,
+SchemaGen, ExampleValidator, Trainer and Evaluator read it unchanged.
+
+Example:
+    ingest = ImageExampleGen(
+        data_root="/data/digits",
+        splits='{"train": 0.8, "eval": 0.2}',
+        input_fingerprint=compute_input_fingerprint("/data/digits"),
+    )
+"""
+
+# No `from __future__ import annotations`: TFX's decorator reads the real annotation objects.
+
+import os
+
+from tfx.dsl.component.experimental.annotations import OutputArtifact, Parameter
+from tfx.dsl.component.experimental.decorators import component
+from tfx.proto import example_gen_pb2
+from tfx.types import artifact_utils, standard_artifacts
+from tfx.types.artifact import Artifact
+
+from components.ingest.ingest import QUARANTINE_FILE, ingest
+from components.ingest.reader import parse_image_size
+from components.ingest.splits import parse_split_ratios
+
+PAYLOAD_FORMAT = example_gen_pb2.PayloadFormat.Name(example_gen_pb2.FORMAT_TF_EXAMPLE)
+
+
+class QuarantineReport(Artifact):
+    """The files ingest could not use and why: `<uri>/quarantine.json`."""
+
+    TYPE_NAME = "mptfx.QuarantineReport"
+
+
+def _failure_report_path(quarantine_uri: str) -> str:
+    # TFX deletes a failed execution's output folders, so the report that explains the
+    # failure is kept beside them, named after the execution's folder.
+    parent, execution = os.path.split(os.path.normpath(quarantine_uri))
+    return os.path.join(parent, f"failed-{execution}-{QUARANTINE_FILE}")
+
+
+@component
+def ImageExampleGen(  # noqa: N802 (TFX names components like classes)
+    examples: OutputArtifact[standard_artifacts.Examples],
+    quarantine: OutputArtifact[QuarantineReport],
+    data_root: Parameter[str],
+    splits: Parameter[str] = '{"train": 0.8, "eval": 0.2}',
+    image_size: Parameter[str] = "null",
+    resize_method: Parameter[str] = "stretch",
+    channels: Parameter[str] = "auto",
+    max_bad_fraction: Parameter[float] = 0.01,
+    input_fingerprint: Parameter[str] = "",
+    span: Parameter[int] = 0,
+) -> None:
+    """Ingest an image-folder tree or a folder of tf.Example TFRecords into `examples`.
+
+    Args:
+        examples: output; `Split-<name>/data_tfrecord-*.gz` plus `labels.json`.
+        quarantine: output; `quarantine.json` listing every unusable file with its reason.
+        data_root: a folder with one sub-folder per class, or with TFRecord files.
+        splits: JSON dict of split name to ratio, e.g. `{"train": 0.8, "eval": 0.2}`.
+        image_size: JSON `null` (keep each image's size) or `[height, width]`.
+        resize_method: `"stretch"` or `"pad"` (keep aspect ratio, pad with black).
+        channels: `"auto"` (1 if every image is gray, else 3), `"1"` or `"3"`.
+        max_bad_fraction: fail when a larger fraction of the files is quarantined.
+        input_fingerprint: identifies the input files' state; stored, and part of the
+            execution's parameters so TFX's cache re-runs ingest when the data changes.
+        span: stored as the `span` property (0 when spans are not used).
+    """
+    ratios = parse_split_ratios(splits)
+    ingest(
+        data_root,
+        examples.uri,
+        os.path.join(quarantine.uri, QUARANTINE_FILE),
+        splits=ratios,
+        image_size=parse_image_size(image_size),
+        resize_method=resize_method,
+        channels=channels,
+        max_bad_fraction=max_bad_fraction,
+        failure_report_path=_failure_report_path(quarantine.uri),
+    )
+    examples.split_names = artifact_utils.encode_split_names(list(ratios))
+    examples.span = span
+    examples.set_string_custom_property("payload_format", PAYLOAD_FORMAT)
+    examples.set_int_custom_property("span", span)
+    examples.set_string_custom_property("input_fingerprint", input_fingerprint)

@@ -1,0 +1,169 @@
+"""The whole ingest run: pick the source, decode with tf.data, split, write, quarantine."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+
+from components.ingest.errors import DataError
+from components.ingest.listing import is_tfrecord_dir, list_tfrecord_files, scan_image_folder
+from components.ingest.reader import (
+    ImagePolicy,
+    decode_images,
+    native_channels,
+    resolve_channels,
+)
+from components.ingest.sources import FolderSource, TFRecordSource
+from components.ingest.splits import SplitAssigner, parse_split_ratios
+from components.ingest.writer import SplitWriters, build_example, write_json
+
+logger = logging.getLogger(__name__)
+
+LABELS_FILE = "labels.json"
+QUARANTINE_FILE = "quarantine.json"
+_NAMED_IN_ERRORS = 3
+
+
+@dataclass(frozen=True)
+class IngestResult:
+    """What one ingest run stored."""
+
+    split_counts: dict[str, int]
+    total: int
+    quarantined: list[dict[str, str]]
+    label_names: list[str]
+    channels: int
+    report_path: str
+
+
+def _open_source(data_root: str) -> FolderSource | TFRecordSource:
+    if is_tfrecord_dir(data_root):
+        return TFRecordSource(list_tfrecord_files(data_root))
+    return FolderSource(scan_image_folder(data_root))
+
+
+def _quarantine_report(total: int, bad: list[dict[str, str]], max_bad_fraction: float) -> dict:
+    return {
+        "total": total,
+        "bad": len(bad),
+        "bad_fraction": len(bad) / total if total else 0.0,
+        "max_bad_fraction": max_bad_fraction,
+        "files": bad,
+    }
+
+
+def _too_many_bad(report: dict, data_root: str, report_path: str) -> DataError:
+    first = report["files"][:_NAMED_IN_ERRORS]
+    named = "; ".join(f"{entry['path']} ({entry['reason']})" for entry in first)
+    more = len(report["files"]) - len(first)
+    return DataError(
+        f"{report['bad']} of {report['total']} files in {data_root} could not be ingested "
+        f"(bad fraction {report['bad_fraction']:.4f} > "
+        f"max_bad_fraction {report['max_bad_fraction']}): {named}"
+        f"{f' and {more} more' if more else ''}; full list in {report_path}"
+    )
+
+
+def ingest(
+    data_root: str,
+    examples_dir: str,
+    report_path: str,
+    *,
+    splits: str | Mapping[str, float] = '{"train": 0.8, "eval": 0.2}',
+    image_size: tuple[int, int] | None = None,
+    resize_method: str = "stretch",
+    channels: str = "auto",
+    max_bad_fraction: float = 0.01,
+    failure_report_path: str | None = None,
+) -> IngestResult:
+    """Ingest `data_root` (class folders or TFRecords) into `examples_dir` (the Examples URI).
+
+    Writes `<examples_dir>/Split-<name>/data_tfrecord-00000-of-00001.gz`,
+    `<examples_dir>/labels.json` and the quarantine report at `report_path`. When the run
+    fails for too many bad files, the report is also copied to `failure_report_path`
+    (somewhere the orchestrator does not delete with the failed outputs).
+
+    Raises:
+        DataError: bad input: see `scan_image_folder`, `parse_split_ratios`; more than
+            `max_bad_fraction` of the files quarantined; or a split left empty.
+        ValueError: an option outside its allowed values.
+    """
+    started = time.monotonic()
+    if not 0.0 <= max_bad_fraction <= 1.0:
+        raise ValueError(f"max_bad_fraction must be in [0, 1]. Received: {max_bad_fraction!r}")
+    assign_split = SplitAssigner(parse_split_ratios(splits))
+    # Build the policy now so a bad option fails before any slow work; channels come later.
+    resolve_channels(channels, [])
+    policy = ImagePolicy(3, image_size, resize_method)
+    source = _open_source(data_root)
+    logger.info("Ingest started: %d files from %s", len(source), source.description)
+
+    if channels == "auto":
+        # "auto" needs every image's channel count before the first one is written, which
+        # costs one extra decode pass.
+        native = native_channels(source.dataset()).values()
+        policy = replace(policy, channels=resolve_channels(channels, native))
+    else:
+        policy = replace(policy, channels=int(channels))
+
+    counts, bad = _write_examples(source, policy, assign_split, examples_dir)
+    write_json(os.path.join(examples_dir, LABELS_FILE), {"label_names": source.label_names})
+    report = _quarantine_report(len(source), bad, max_bad_fraction)
+    report["split_counts"] = counts
+    write_json(report_path, report)
+    if report["bad_fraction"] > max_bad_fraction:
+        if failure_report_path:
+            write_json(failure_report_path, report)
+        raise _too_many_bad(report, data_root, failure_report_path or report_path)
+    empty = [name for name, count in counts.items() if count == 0]
+    if empty:
+        raise DataError(
+            f"split '{empty[0]}' is empty after hashing {len(source) - len(bad)} usable files "
+            f"from {data_root} into {counts}; add data or raise its ratio"
+        )
+    _log_summary(counts, bad, policy.channels, time.monotonic() - started)
+    return IngestResult(counts, len(source), bad, source.label_names, policy.channels, report_path)
+
+
+def _write_examples(
+    source: FolderSource | TFRecordSource,
+    policy: ImagePolicy,
+    assign_split: SplitAssigner,
+    examples_dir: str,
+) -> tuple[dict[str, int], list[dict[str, str]]]:
+    """Write every usable element to its split; returns split counts and quarantined files."""
+    bad: list[dict[str, str]] = []
+    # The decoded stream is the items' index order minus the failures, so walking both
+    # together tells exactly which items failed.
+    decoded_images = decode_images(source.dataset(), policy)
+    next_image = next(decoded_images, None)
+    with SplitWriters(examples_dir, assign_split.names) as writers:
+        for index, item in enumerate(source.items()):
+            image = None
+            if next_image is not None and next_image.index == index:
+                image, next_image = next_image, next(decoded_images, None)
+            reason = item.problem or (None if image else source.describe_failure(item, policy))
+            if reason:
+                bad.append({"path": item.path, "reason": reason})
+                continue
+            example = build_example(image, item.label, item.label_name, item.filename, item.example)
+            writers.write(assign_split(item.split_key), example)
+    return dict(writers.counts), bad
+
+
+def _log_summary(
+    counts: dict[str, int], bad: list[dict[str, str]], channels: int, seconds: float
+) -> None:
+    per_split = " ".join(f"{name}={count}" for name, count in counts.items())
+    quarantined = ", ".join(entry["path"] for entry in bad[:_NAMED_IN_ERRORS])
+    logger.info(
+        "Ingest finished in %.1f s: %s (channels=%d); quarantined %d%s",
+        seconds,
+        per_split,
+        channels,
+        len(bad),
+        f": {quarantined}" if bad else "",
+    )

@@ -1,0 +1,151 @@
+"""Find the input files: a folder of class sub-folders, or a folder of TFRecord files."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from components.ingest.errors import DataError
+
+logger = logging.getLogger(__name__)
+
+TFRECORD_SUFFIXES = (".tfrecord", ".tfrecord.gz", ".tfrecords", ".gz")
+
+
+@dataclass(frozen=True)
+class ImageListing:
+    """The images under a data root, in sorted order.
+
+    `files` are paths relative to the root (POSIX separators, e.g. `"7/img_0003.png"`),
+    `labels[i]` is the class index of `files[i]`, and `label_names[label]` is the class folder
+    name. Class indices follow the sorted folder names, so they never depend on disk order.
+    """
+
+    root: str
+    files: list[str]
+    labels: list[int]
+    label_names: list[str]
+
+
+def _is_hidden(name: str) -> bool:
+    return name.startswith(".")
+
+
+def _visible_entries(directory: Path) -> list[Path]:
+    return sorted(entry for entry in directory.iterdir() if not _is_hidden(entry.name))
+
+
+def _files_under(class_dir: Path, root: Path) -> list[str]:
+    """Relative paths of every non-hidden file below `class_dir`, hidden folders pruned."""
+    found = []
+    for dirpath, dirnames, filenames in os.walk(class_dir):
+        # Editing dirnames in place is how os.walk is told not to descend into hidden folders.
+        dirnames[:] = sorted(name for name in dirnames if not _is_hidden(name))
+        for name in sorted(filenames):
+            if not _is_hidden(name):
+                found.append((Path(dirpath) / name).relative_to(root).as_posix())
+    return found
+
+
+def _check_directory(root: str | os.PathLike) -> Path:
+    path = Path(root)
+    if not path.exists():
+        raise DataError(f"data root {path} does not exist")
+    if not path.is_dir():
+        raise DataError(f"data root {path} is not a directory")
+    return path
+
+
+def is_tfrecord_dir(root: str | os.PathLike) -> bool:
+    """True when `root` holds TFRecord files (`*.tfrecord[.gz]`, `*.tfrecords`, `*.gz`).
+
+    Only the top level counts, and a folder with class sub-folders is an image folder even
+    if a stray `.gz` file sits next to them.
+    """
+    path = Path(root)
+    if not path.is_dir():
+        return False
+    entries = _visible_entries(path)
+    if any(entry.is_dir() for entry in entries):
+        return False
+    return any(entry.name.endswith(TFRECORD_SUFFIXES) for entry in entries)
+
+
+def list_tfrecord_files(root: str | os.PathLike) -> list[str]:
+    """Absolute paths of the TFRecord files directly in `root`, sorted by name."""
+    path = _check_directory(root)
+    entries = _visible_entries(path)
+    files = [str(entry) for entry in entries if entry.name.endswith(TFRECORD_SUFFIXES)]
+    ignored = [entry.name for entry in entries if not entry.name.endswith(TFRECORD_SUFFIXES)]
+    if ignored:
+        logger.warning("Ignoring %d non-TFRecord files in %s: %s", len(ignored), path, ignored[:5])
+    if not files:
+        raise DataError(f"no TFRecord files ({', '.join(TFRECORD_SUFFIXES)}) in {path}")
+    return files
+
+
+def scan_image_folder(root: str | os.PathLike) -> ImageListing:
+    """List the images under `root`, one sub-folder per class (searched recursively).
+
+    Every non-hidden file is listed whatever its extension: files that do not decode are
+    quarantined later with a reason, rather than silently skipped here. Files directly in
+    `root` belong to no class and are ignored with a warning.
+
+    Raises:
+        DataError: `root` is missing, not a directory, empty, has fewer than 2 class
+            folders, or has a class folder without files.
+    """
+    path = _check_directory(root)
+    entries = _visible_entries(path)
+    class_dirs = [entry for entry in entries if entry.is_dir()]
+    loose_files = [entry.name for entry in entries if not entry.is_dir()]
+    if not class_dirs:
+        if loose_files:
+            raise DataError(
+                f"data root {path} has {len(loose_files)} files but no class sub-folders; "
+                "expected one sub-folder per class (or TFRecord files)"
+            )
+        raise DataError(f"data root {path} is empty; expected one sub-folder per class")
+    if len(class_dirs) < 2:
+        raise DataError(
+            f"found only one class '{class_dirs[0].name}' in {path}; "
+            "a classifier needs at least 2 class folders"
+        )
+    if loose_files:
+        logger.warning(
+            "Ignoring %d files directly in %s (not in a class folder): %s",
+            len(loose_files),
+            path,
+            loose_files[:5],
+        )
+
+    files: list[str] = []
+    labels: list[int] = []
+    for label, class_dir in enumerate(class_dirs):
+        class_files = _files_under(class_dir, path)
+        if not class_files:
+            # Dropping the class would shift every later label index, so refuse instead.
+            raise DataError(f"class folder {class_dir} has no files; remove it or add images")
+        files.extend(class_files)
+        labels.extend([label] * len(class_files))
+    return ImageListing(
+        root=str(path), files=files, labels=labels, label_names=[d.name for d in class_dirs]
+    )
+
+
+def compute_input_fingerprint(root: str | os.PathLike) -> str:
+    """A sha256 hex digest over every non-hidden file's relative path, size and mtime_ns.
+
+    Cheap (no file is read), so the pipeline builder can call it on every run and pass the
+    result to `ImageExampleGen(input_fingerprint=...)`: TFX's cache then re-ingests exactly
+    when a file is added, removed, replaced or touched.
+    """
+    path = _check_directory(root)
+    digest = hashlib.sha256()
+    for relative in _files_under(path, path):
+        stat = (path / relative).stat()
+        digest.update(f"{relative}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
+    return digest.hexdigest()

@@ -1,0 +1,198 @@
+"""Decode images with tf.data: bytes → uint8 image → channel policy → size policy → PNG.
+
+Every pipeline here takes a dataset of `(index, encoded image bytes)` and drops the elements
+that fail with `Dataset.ignore_errors`, which keeps the parallel map fast but forgets why an
+element failed. The caller therefore sees which indices are missing from the output and asks
+`describe_decode_failure` for the reason of just those few, eagerly.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+
+import tensorflow as tf
+
+RESIZE_METHODS = ("stretch", "pad")
+CHANNEL_CHOICES = ("auto", "1", "3")
+UNDECODABLE = "not a decodable image (PNG/JPEG/BMP/GIF)"
+
+# TF wraps eager op errors in "{{function_node ...}}" and "[Op:...] name:"; a person
+# reading the quarantine report wants only the sentence in between.
+_TF_ERROR_NOISE = re.compile(r"\{\{[^}]*\}\}\s*|\s*\[Op:[^\]]*\](\s*name:.*)?")
+
+
+@dataclass(frozen=True)
+class ImagePolicy:
+    """How every stored image is shaped.
+
+    `channels` is 1 (grayscale) or 3 (RGB). Alpha is dropped by compositing onto white, since
+    transparent pixels of icons and scans are meant to show the paper, not black.
+    `image_size` None keeps each image's own size; `(height, width)` resizes with bilinear
+    interpolation, either stretching (`"stretch"`) or keeping the aspect ratio and padding with
+    black (`"pad"`).
+    """
+
+    channels: int = 3
+    image_size: tuple[int, int] | None = None
+    resize_method: str = "stretch"
+
+    def __post_init__(self) -> None:
+        if self.channels not in (1, 3):
+            raise ValueError(f"channels must be 1 or 3. Received: channels={self.channels!r}")
+        if self.resize_method not in RESIZE_METHODS:
+            raise ValueError(
+                f"resize_method must be one of {RESIZE_METHODS}. "
+                f"Received: resize_method={self.resize_method!r}"
+            )
+
+
+@dataclass(frozen=True)
+class DecodedImage:
+    """One successfully decoded image, ready to store."""
+
+    index: int
+    png: bytes
+    height: int
+    width: int
+    channels: int
+
+
+def parse_image_size(text: str) -> tuple[int, int] | None:
+    """Parse the JSON parameter `"null"` or `"[height, width]"` (positive ints)."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        value = text
+    if value is None:
+        return None
+    valid = (
+        isinstance(value, list)
+        and len(value) == 2
+        and all(isinstance(side, int) and not isinstance(side, bool) and side > 0 for side in value)
+    )
+    if not valid:
+        raise ValueError(f"image_size must be null or [height, width]. Received: {text!r}")
+    return value[0], value[1]
+
+
+def resolve_channels(requested: str, native_channels: Iterable[int]) -> int:
+    """The stored channel count: `"1"`/`"3"` as asked; `"auto"` is 1 only if every image is gray.
+
+    Gray-with-alpha (2 channels) counts as gray.
+    """
+    if requested not in CHANNEL_CHOICES:
+        raise ValueError(f"channels must be one of {CHANNEL_CHOICES}. Received: {requested!r}")
+    if requested != "auto":
+        return int(requested)
+    return 1 if all(count <= 2 for count in native_channels) else 3
+
+
+def files_dataset(paths: Sequence[str]) -> tf.data.Dataset:
+    """`(index, bytes)` for each file, read inside the tf.data pipeline."""
+    indices = tf.range(len(paths), dtype=tf.int64)
+    names = tf.constant(list(paths), dtype=tf.string)
+
+    def read(index: tf.Tensor, path: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        return index, tf.io.read_file(path)
+
+    return tf.data.Dataset.from_tensor_slices((indices, names)).map(
+        read, num_parallel_calls=tf.data.AUTOTUNE
+    )
+
+
+def _decode(data: tf.Tensor) -> tf.Tensor:
+    # expand_animations=False turns a GIF into its first frame, so every image is 3-D.
+    return tf.io.decode_image(data, channels=0, dtype=tf.uint8, expand_animations=False)
+
+
+def _drop_alpha(image: tf.Tensor) -> tf.Tensor:
+    """float32 image without alpha: 2 (gray+alpha) and 4 (RGBA) channels composite onto white."""
+    pixels = tf.cast(image, tf.float32)
+
+    def composite() -> tf.Tensor:
+        alpha = pixels[..., -1:] / 255.0
+        return pixels[..., :-1] * alpha + 255.0 * (1.0 - alpha)
+
+    return tf.cond(tf.shape(pixels)[-1] % 2 == 0, composite, lambda: pixels)
+
+
+def _to_channels(pixels: tf.Tensor, channels: int) -> tf.Tensor:
+    is_gray = tf.shape(pixels)[-1] == 1
+    if channels == 3:
+        converted = tf.cond(is_gray, lambda: tf.tile(pixels, [1, 1, 3]), lambda: pixels)
+    else:
+        converted = tf.cond(
+            is_gray, lambda: pixels, lambda: tf.image.rgb_to_grayscale(pixels[..., :3])
+        )
+    return tf.ensure_shape(converted, [None, None, channels])
+
+
+def _resize(pixels: tf.Tensor, policy: ImagePolicy) -> tf.Tensor:
+    if policy.image_size is None:
+        return pixels
+    height, width = policy.image_size
+    # antialias keeps large photos from aliasing when they shrink to a small training size.
+    if policy.resize_method == "pad":
+        return tf.image.resize_with_pad(pixels, height, width, antialias=True)
+    return tf.image.resize(pixels, [height, width], method="bilinear", antialias=True)
+
+
+def _to_png(data: tf.Tensor, policy: ImagePolicy) -> tuple[tf.Tensor, tf.Tensor]:
+    """Encoded bytes → (PNG bytes, stored shape)."""
+    pixels = _resize(_to_channels(_drop_alpha(_decode(data)), policy.channels), policy)
+    image = tf.cast(tf.clip_by_value(tf.round(pixels), 0.0, 255.0), tf.uint8)
+    return tf.io.encode_png(image), tf.shape(image, out_type=tf.int64)
+
+
+def native_channels(source: tf.data.Dataset) -> dict[int, int]:
+    """Index → channel count as stored on disk, for every element that decodes."""
+
+    def channel_count(index: tf.Tensor, data: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        return index, tf.shape(_decode(data))[-1]
+
+    probed = (
+        source.map(channel_count, num_parallel_calls=tf.data.AUTOTUNE)
+        .ignore_errors(log_warning=False)
+        .prefetch(tf.data.AUTOTUNE)
+    )
+    return {int(index): int(count) for index, count in probed.as_numpy_iterator()}
+
+
+def decode_images(source: tf.data.Dataset, policy: ImagePolicy) -> Iterator[DecodedImage]:
+    """Decode, convert and PNG-encode each element; failures are skipped, order is kept."""
+
+    def encode(index: tf.Tensor, data: tf.Tensor) -> tuple[tf.Tensor, ...]:
+        png, shape = _to_png(data, policy)
+        return index, png, shape
+
+    decoded = (
+        source.map(encode, num_parallel_calls=tf.data.AUTOTUNE)
+        .ignore_errors(log_warning=False)
+        .prefetch(tf.data.AUTOTUNE)
+    )
+    for index, png, shape in decoded.as_numpy_iterator():
+        height, width, channels = (int(side) for side in shape)
+        yield DecodedImage(int(index), png, height, width, channels)
+
+
+def _tf_message(error: tf.errors.OpError) -> str:
+    lines = _TF_ERROR_NOISE.sub("", error.message).strip().splitlines()
+    return lines[0] if lines else type(error).__name__
+
+
+def describe_decode_failure(data: bytes, policy: ImagePolicy) -> str:
+    """Why `data` does not make it through the pipeline, as one line for the quarantine report."""
+    if not data:
+        return "empty file (0 bytes)"
+    try:
+        _decode(tf.constant(data))
+    except tf.errors.OpError as error:
+        return f"{UNDECODABLE}: {_tf_message(error)}"
+    try:
+        _to_png(tf.constant(data), policy)
+    except tf.errors.OpError as error:
+        return f"decoded but could not be converted: {_tf_message(error)}"
+    return "dropped by the tf.data pipeline (it decodes on its own; please report this file)"

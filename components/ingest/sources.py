@@ -1,0 +1,207 @@
+"""Where images come from: a class-folder tree, or existing tf.Example TFRecord files.
+
+Both sources offer the same three things to the writer: a tf.data dataset of
+`(index, encoded image bytes)` for the decode pipeline, the per-element metadata in the same
+index order (`items()`), and a way to explain a failed element for the quarantine report.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import tensorflow as tf
+from google.protobuf.message import DecodeError
+
+from components.ingest.errors import DataError
+from components.ingest.listing import ImageListing
+from components.ingest.reader import ImagePolicy, describe_decode_failure, files_dataset
+
+
+@dataclass(frozen=True)
+class SourceItem:
+    """One input element; `problem` set means it is quarantined whatever its image is."""
+
+    path: str  # what the quarantine report shows, relative to the data root
+    split_key: str | bytes  # hashed to pick the split
+    filename: str
+    label: int = -1
+    label_name: str = ""
+    problem: str | None = None
+    example: tf.train.Example | None = field(default=None, compare=False)
+
+
+class FolderSource:
+    """Images listed by `scan_image_folder`; the split key is the relative path."""
+
+    def __init__(self, listing: ImageListing):
+        self.listing = listing
+        self.label_names = list(listing.label_names)
+        self.description = f"image folder {listing.root}"
+
+    def __len__(self) -> int:
+        return len(self.listing.files)
+
+    def dataset(self) -> tf.data.Dataset:
+        """`(index, file bytes)`, read by tf.data."""
+        return files_dataset([os.path.join(self.listing.root, f) for f in self.listing.files])
+
+    def items(self) -> Iterator[SourceItem]:
+        """One item per listed file, in index order."""
+        for relative, label in zip(self.listing.files, self.listing.labels, strict=True):
+            yield SourceItem(
+                path=relative,
+                split_key=relative,
+                filename=relative,
+                label=label,
+                label_name=self.label_names[label],
+            )
+
+    def describe_failure(self, item: SourceItem, policy: ImagePolicy) -> str:
+        """Why the file of `item` did not decode."""
+        try:
+            with open(os.path.join(self.listing.root, item.path), "rb") as handle:
+                data = handle.read()
+        except OSError as error:
+            return f"unreadable file: {error.strerror or error}"
+        return describe_decode_failure(data, policy)
+
+
+def _compression(path: str) -> str:
+    """ "GZIP" when the file starts with the gzip magic bytes, whatever its name says."""
+    with tf.io.gfile.GFile(path, "rb") as handle:
+        return "GZIP" if handle.read(2) == b"\x1f\x8b" else ""
+
+
+def _single_bytes(example: tf.train.Example, name: str) -> bytes | None:
+    feature = example.features.feature.get(name)
+    if feature is None or feature.WhichOneof("kind") != "bytes_list":
+        return None
+    values = feature.bytes_list.value
+    return values[0] if len(values) == 1 else None
+
+
+def _check_record(example: tf.train.Example) -> str | None:
+    """The reason a parsed record cannot be used, or None."""
+    if _single_bytes(example, "image") is None:
+        return "missing required feature 'image' (one bytes value)"
+    label = example.features.feature.get("label")
+    is_int64 = label is not None and label.WhichOneof("kind") == "int64_list"
+    if not is_int64 or len(label.int64_list.value) != 1:
+        return "missing required feature 'label' (one int64 value)"
+    if label.int64_list.value[0] < 0:
+        return f"label must be >= 0. Received: {label.int64_list.value[0]}"
+    return None
+
+
+class TFRecordSource:
+    """tf.Example records (GZIP or not, detected per file) holding `image` and `label`.
+
+    Missing `label_name` / `filename` are filled in (`str(label)`, `<file>#<record index>`);
+    `height`/`width`/`channels`/`image` are always rewritten from the decode pipeline so they
+    describe the stored image. The split key is `filename` when the record has one, otherwise
+    the record's bytes.
+    """
+
+    def __init__(self, files: list[str]):
+        self.files = files
+        self.description = f"{len(files)} TFRecord files in {os.path.dirname(files[0])}"
+        self._compression = {path: _compression(path) for path in files}
+        self._count, names = self._scan()
+        self.label_names = [names.get(label, str(label)) for label in range(max(names) + 1)]
+
+    def _records(self) -> Iterator[tuple[str, int, bytes]]:
+        for path in self.files:
+            dataset = tf.data.TFRecordDataset(path, compression_type=self._compression[path])
+            position = 0
+            try:
+                for record in dataset.as_numpy_iterator():
+                    yield path, position, record
+                    position += 1
+            except tf.errors.OpError as error:
+                message = error.message.splitlines()[0]
+                raise DataError(
+                    f"TFRecord file {path} is corrupt after record {position}: {message}"
+                ) from None
+
+    def _scan(self) -> tuple[int, dict[int, str]]:
+        """Count the records and learn each label's name, refusing contradictory names."""
+        count = 0
+        names: dict[int, str | None] = {}
+        for path, position, record in self._records():
+            count += 1
+            example = self._parse(record)
+            if example is None or _check_record(example) is not None:
+                continue  # quarantined later, with its reason
+            label = example.features.feature["label"].int64_list.value[0]
+            name = _single_bytes(example, "label_name")
+            name = name.decode("utf-8", "replace") if name is not None else None
+            known = names.get(label)
+            if known is not None and name is not None and name != known:
+                raise DataError(
+                    f"label {label} is named both '{known}' and '{name}' "
+                    f"(record {position} of {path})"
+                )
+            names[label] = known or name
+        folder = os.path.dirname(self.files[0])
+        if count == 0:
+            raise DataError(f"the TFRecord files in {folder} hold no records")
+        if len(names) < 2:
+            raise DataError(
+                f"the TFRecord files in {folder} hold {len(names)} usable label(s); "
+                "a classifier needs at least 2"
+            )
+        return count, {label: name or str(label) for label, name in names.items()}
+
+    @staticmethod
+    def _parse(record: bytes) -> tf.train.Example | None:
+        try:
+            return tf.train.Example.FromString(record)
+        except DecodeError:
+            return None
+
+    def __len__(self) -> int:
+        return self._count
+
+    def dataset(self) -> tf.data.Dataset:
+        """`(index, image bytes)` parsed from the records by tf.data."""
+        datasets = [
+            tf.data.TFRecordDataset(path, compression_type=self._compression[path])
+            for path in self.files
+        ]
+        records = functools.reduce(lambda first, second: first.concatenate(second), datasets)
+
+        def image_bytes(index: tf.Tensor, record: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+            spec = {"image": tf.io.FixedLenFeature([], tf.string, default_value="")}
+            return index, tf.io.parse_single_example(record, spec)["image"]
+
+        return records.enumerate().map(image_bytes, num_parallel_calls=tf.data.AUTOTUNE)
+
+    def items(self) -> Iterator[SourceItem]:
+        """One item per record, in index order, carrying the parsed record."""
+        for path, position, record in self._records():
+            where = f"{os.path.basename(path)}#{position}"
+            example = self._parse(record)
+            if example is None:
+                yield SourceItem(where, record, where, problem="not a serialized tf.train.Example")
+                continue
+            problem = _check_record(example)
+            filename = _single_bytes(example, "filename")
+            filename = filename.decode("utf-8", "replace") if filename is not None else None
+            label = -1 if problem else example.features.feature["label"].int64_list.value[0]
+            yield SourceItem(
+                path=filename or where,
+                split_key=filename if filename is not None else record,
+                filename=filename or where,
+                label=label,
+                label_name=self.label_names[label] if label >= 0 else "",
+                problem=problem,
+                example=example,
+            )
+
+    def describe_failure(self, item: SourceItem, policy: ImagePolicy) -> str:
+        """Why the `image` of `item` did not decode."""
+        data = _single_bytes(item.example, "image") if item.example is not None else None
+        return describe_decode_failure(data or b"", policy)

@@ -1,0 +1,354 @@
+"""Ingest: listing, splits, tf.data decoding, quarantine, TFRecord input, and a real TFX run."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from PIL import Image
+
+from components.ingest.errors import DataError
+from components.ingest.ingest import ingest
+from components.ingest.listing import (
+    compute_input_fingerprint,
+    is_tfrecord_dir,
+    scan_image_folder,
+)
+from components.ingest.reader import UNDECODABLE
+from components.ingest.splits import SplitAssigner, parse_split_ratios
+
+RNG = np.random.default_rng(7)
+
+
+def _encode(mode: str = "L", size: tuple[int, int] = (8, 10), fmt: str = "PNG") -> bytes:
+    """A random image of PIL `mode` and (height, width) `size`, encoded as `fmt`."""
+    shape = size if mode == "L" else (*size, len(mode))
+    buffer = io.BytesIO()
+    Image.fromarray(RNG.integers(0, 256, shape, dtype=np.uint8), mode).save(buffer, fmt)
+    return buffer.getvalue()
+
+
+def _save(path: Path, mode: str = "L", size: tuple[int, int] = (8, 10), fmt: str = "PNG"):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(_encode(mode, size, fmt))
+
+
+def _image_tree(root: Path, per_class: int = 6, classes=("cat", "dog"), mode="L") -> Path:
+    for name in classes:
+        for index in range(per_class):
+            _save(root / name / f"img_{index:03d}.png", mode)
+    return root
+
+
+def _read_split(examples_dir: Path, split: str) -> list[dict]:
+    """Every stored example of `split` as a dict of Python values."""
+    shard = examples_dir / f"Split-{split}" / "data_tfrecord-00000-of-00001.gz"
+    rows = []
+    for record in tf.data.TFRecordDataset(str(shard), compression_type="GZIP"):
+        feature = tf.train.Example.FromString(record.numpy()).features.feature
+        rows.append(
+            {
+                name: (
+                    feature[name].int64_list.value[0]
+                    if feature[name].WhichOneof("kind") == "int64_list"
+                    else feature[name].bytes_list.value[0]
+                )
+                for name in feature
+            }
+        )
+    return rows
+
+
+def _run(root: Path, out: Path, **options) -> tuple:
+    result = ingest(str(root), str(out / "examples"), str(out / "q" / "quarantine.json"), **options)
+    rows = _read_split(out / "examples", "train") + _read_split(out / "examples", "eval")
+    return result, rows
+
+
+# --- listing ---------------------------------------------------------------------------
+
+
+def test_scan_lists_sorted_classes_recursively_and_skips_hidden_files(tmp_path):
+    _save(tmp_path / "b" / "deep" / "x.png")
+    _save(tmp_path / "a" / "y.jpg", fmt="JPEG")
+    (tmp_path / "a" / "notes.txt").write_text("not an image, listed so it gets quarantined")
+    (tmp_path / "a" / ".DS_Store").write_text("hidden")
+    (tmp_path / ".cache").mkdir()
+
+    listing = scan_image_folder(tmp_path)
+
+    assert listing.label_names == ["a", "b"]
+    assert listing.files == ["a/notes.txt", "a/y.jpg", "b/deep/x.png"]
+    assert listing.labels == [0, 0, 1]
+
+
+def _file_not_dir(root: Path) -> Path:
+    (root / "file").write_text("x")
+    return root / "file"
+
+
+def _loose_files_only(root: Path) -> Path:
+    (root / "a.png").write_text("x")
+    return root
+
+
+def _with_empty_class(root: Path) -> Path:
+    _image_tree(root, 1)
+    (root / "empty").mkdir()
+    return root
+
+
+@pytest.mark.parametrize(
+    "make, expected",
+    [
+        (lambda root: root / "missing", "does not exist"),
+        (_file_not_dir, "is not a directory"),
+        (lambda root: root, "is empty"),
+        (lambda root: _image_tree(root, 1, classes=("7",)), "found only one class '7'"),
+        (_loose_files_only, "no class sub-folders"),
+        (_with_empty_class, "has no files"),
+    ],
+)
+def test_scan_rejects_unusable_roots_with_one_line_naming_the_path(tmp_path, make, expected):
+    root = make(tmp_path)
+    with pytest.raises(DataError, match=expected) as caught:
+        scan_image_folder(root)
+    message = str(caught.value)
+    assert str(tmp_path) in message and "\n" not in message
+
+
+def test_tfrecord_dir_is_detected_only_without_class_folders(tmp_path):
+    (tmp_path / "records").mkdir()
+    (tmp_path / "records" / "part-0.tfrecord.gz").write_bytes(b"")
+    assert is_tfrecord_dir(tmp_path / "records")
+    assert not is_tfrecord_dir(_image_tree(tmp_path / "images", 1))
+
+
+def test_input_fingerprint_changes_exactly_when_files_change(tmp_path):
+    root = _image_tree(tmp_path, 2)
+    first = compute_input_fingerprint(root)
+    assert compute_input_fingerprint(root) == first
+    _save(root / "cat" / "new.png")
+    assert compute_input_fingerprint(root) != first
+
+
+# --- splits ----------------------------------------------------------------------------
+
+
+def test_split_is_deterministic_independent_of_order_and_follows_ratios():
+    keys = [f"class_{i % 3}/img_{i:05d}.png" for i in range(3000)]
+    assign = SplitAssigner(parse_split_ratios('{"train": 0.8, "eval": 0.2}'))
+    forward = {key: assign(key) for key in keys}
+    backward = {key: SplitAssigner({"train": 0.8, "eval": 0.2})(key) for key in reversed(keys)}
+
+    assert forward == backward
+    assert list(forward.values()).count("eval") / len(keys) == pytest.approx(0.2, abs=0.03)
+
+
+@pytest.mark.parametrize(
+    "splits", ['{"train": 0.8, "eval": 0.3}', '{"train": 1.0, "eval": 0}', "{train: 1}", "{}"]
+)
+def test_bad_split_ratios_are_rejected_naming_the_value(splits):
+    with pytest.raises(DataError, match="Received"):
+        parse_split_ratios(splits)
+
+
+# --- decoding, quarantine ----------------------------------------------------------------
+
+
+def test_corrupt_png_and_text_file_are_quarantined_with_reasons(tmp_path):
+    root = _image_tree(tmp_path / "data", per_class=10)
+    (root / "cat" / "readme.txt").write_text("hello")
+    (root / "dog" / "broken.png").write_bytes(b"\x89PNG\r\n\x1a\n" + b"\0" * 40)
+
+    result, rows = _run(root, tmp_path / "out", max_bad_fraction=0.2)
+
+    report = json.loads((tmp_path / "out" / "q" / "quarantine.json").read_text())
+    assert {entry["path"] for entry in report["files"]} == {"cat/readme.txt", "dog/broken.png"}
+    assert all(entry["reason"].startswith(UNDECODABLE) for entry in report["files"])
+    assert (report["total"], report["bad"]) == (22, 2)
+    assert report["bad_fraction"] == pytest.approx(2 / 22)
+    assert len(rows) == 20 and sum(result.split_counts.values()) == 20
+    assert b"dog/broken.png" not in {row["filename"] for row in rows}
+
+
+def test_too_many_bad_files_fail_naming_count_files_and_report(tmp_path):
+    root = _image_tree(tmp_path / "data", per_class=4)
+    (root / "dog" / "zz_bad.jpg").write_bytes(b"definitely not a jpeg")
+    failure_report = tmp_path / "kept" / "quarantine.json"
+
+    with pytest.raises(DataError) as caught:
+        ingest(
+            str(root),
+            str(tmp_path / "examples"),
+            str(tmp_path / "q" / "quarantine.json"),
+            max_bad_fraction=0.05,
+            failure_report_path=str(failure_report),
+        )
+
+    message = str(caught.value)
+    assert "1 of 9 files" in message and "dog/zz_bad.jpg" in message
+    assert "0.05" in message and str(failure_report) in message
+    assert json.loads(failure_report.read_text())["files"][0]["path"] == "dog/zz_bad.jpg"
+
+
+def test_mixed_gray_rgb_rgba_of_different_sizes_become_rgb(tmp_path):
+    root = tmp_path / "data"
+    _save(root / "a" / "gray.png", "L", (5, 7))
+    _save(root / "a" / "rgb.jpg", "RGB", (9, 4), fmt="JPEG")
+    _save(root / "b" / "pal.gif", "L", (6, 6), fmt="GIF")
+    _save(root / "b" / "bmp.bmp", "RGB", (3, 8), fmt="BMP")
+    clear = np.zeros((4, 4, 4), np.uint8)  # fully transparent: must come out white
+    Image.fromarray(clear, "RGBA").save(root / "b" / "clear.png")
+
+    result, rows = _run(root, tmp_path / "out", splits={"train": 0.5, "eval": 0.5})
+
+    assert result.channels == 3 and len(rows) == 5
+    by_name = {row["filename"].decode(): row for row in rows}
+    for row in rows:
+        pixels = tf.io.decode_png(row["image"]).numpy()
+        assert pixels.shape == (row["height"], row["width"], 3) and row["channels"] == 3
+    assert (by_name["a/gray.png"]["height"], by_name["a/gray.png"]["width"]) == (5, 7)
+    assert tf.io.decode_png(by_name["b/clear.png"]["image"]).numpy().min() == 255
+    assert {name: row["label_name"] for name, row in by_name.items()}["b/pal.gif"] == b"b"
+
+
+def test_all_gray_images_are_stored_with_one_channel(tmp_path):
+    root = _image_tree(tmp_path / "data", per_class=4, mode="L")
+    result, rows = _run(root, tmp_path / "out", splits={"train": 0.5, "eval": 0.5})
+    assert result.channels == 1
+    assert {tf.io.decode_png(row["image"]).shape[-1] for row in rows} == {1}
+
+
+@pytest.mark.parametrize("method", ["stretch", "pad"])
+def test_resize_to_fixed_size(tmp_path, method):
+    root = tmp_path / "data"
+    white = np.full((4, 16, 3), 255, np.uint8)  # wide: "pad" must add black rows above/below
+    for name in ("a", "b"):
+        (root / name).mkdir(parents=True)
+        for index in range(3):
+            Image.fromarray(white).save(root / name / f"{index}.png")
+
+    _, rows = _run(
+        root,
+        tmp_path / "out",
+        splits={"train": 0.5, "eval": 0.5},
+        image_size=(8, 8),
+        resize_method=method,
+    )
+
+    pixels = tf.io.decode_png(rows[0]["image"]).numpy()
+    assert pixels.shape == (8, 8, 3) and (rows[0]["height"], rows[0]["width"]) == (8, 8)
+    corner = pixels[0, 0, 0]
+    assert corner == (0 if method == "pad" else 255)
+
+
+def test_empty_split_is_an_error_naming_the_split(tmp_path):
+    root = _image_tree(tmp_path / "data", per_class=1)
+    with pytest.raises(DataError, match="split 'eval' is empty"):
+        _run(root, tmp_path / "out", splits={"train": 0.999, "eval": 0.001})
+
+
+# --- TFRecord input --------------------------------------------------------------------
+
+
+def _record(label: int | None, image: bytes, **extra: bytes) -> bytes:
+    feature = {"image": tf.train.Feature(bytes_list=tf.train.BytesList(value=[image]))}
+    if label is not None:
+        feature["label"] = tf.train.Feature(int64_list=tf.train.Int64List(value=[label]))
+    for name, value in extra.items():
+        feature[name] = tf.train.Feature(bytes_list=tf.train.BytesList(value=[value]))
+    return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
+
+
+def test_tfrecord_dir_is_ingested_filling_missing_features(tmp_path):
+    records_dir = tmp_path / "records"
+    records_dir.mkdir()
+    plain = [
+        _record(i % 2, _encode("RGB", (6, 5)), label_name=b"odd" if i % 2 else b"even")
+        for i in range(6)
+    ]
+    with tf.io.TFRecordWriter(str(records_dir / "a.tfrecord")) as writer:
+        for record in plain:
+            writer.write(record)
+    # Deliberately misnamed: compression must be detected from the bytes, not the name.
+    with tf.io.TFRecordWriter(str(records_dir / "b.tfrecords"), options="GZIP") as writer:
+        for index in range(6):
+            writer.write(
+                _record(index % 2, _encode("L", (6, 5)), filename=f"b/{index}.png".encode())
+            )
+        writer.write(_record(None, _encode("L", (6, 5))))  # no label: quarantined
+
+    result, rows = _run(
+        records_dir, tmp_path / "out", max_bad_fraction=0.1, splits={"train": 0.5, "eval": 0.5}
+    )
+
+    assert len(rows) == 12 and result.channels == 3
+    assert result.label_names == ["even", "odd"]
+    assert {row["label_name"] for row in rows if row["label"] == 1} == {b"odd"}
+    assert b"a.tfrecord#0" in {row["filename"] for row in rows}
+    assert all(row["channels"] == 3 and row["height"] == 6 for row in rows)
+    assert json.loads((tmp_path / "out" / "examples" / "labels.json").read_text()) == {
+        "label_names": ["even", "odd"]
+    }
+    report = json.loads((tmp_path / "out" / "q" / "quarantine.json").read_text())
+    assert report["files"] == [
+        {"path": "b.tfrecords#6", "reason": "missing required feature 'label' (one int64 value)"}
+    ]
+    assert gzip.open(records_dir / "b.tfrecords").read(1)  # the input was really GZIP
+
+
+# --- a real TFX run ----------------------------------------------------------------------
+
+
+def test_statistics_gen_and_schema_gen_read_the_output(tmp_path):
+    from ml_metadata.metadata_store import metadata_store
+    from tensorflow_metadata.proto.v0 import schema_pb2, statistics_pb2
+    from tfx import v1 as tfx
+
+    from components.ingest.component import ImageExampleGen
+
+    root = _image_tree(tmp_path / "data", per_class=20, classes=("0", "1"), mode="RGB")
+    metadata_config = tfx.orchestration.metadata.sqlite_metadata_connection_config(
+        str(tmp_path / "metadata.sqlite")
+    )
+    ingest_node = ImageExampleGen(
+        data_root=str(root),
+        input_fingerprint=compute_input_fingerprint(root),
+        span=3,
+        image_size="[8, 8]",
+    )
+    statistics = tfx.components.StatisticsGen(examples=ingest_node.outputs["examples"])
+    schema = tfx.components.SchemaGen(statistics=statistics.outputs["statistics"])
+    tfx.orchestration.LocalDagRunner().run(
+        tfx.dsl.Pipeline(
+            pipeline_name="ingest-test",
+            pipeline_root=str(tmp_path / "root"),
+            components=[ingest_node, statistics, schema],
+            metadata_connection_config=metadata_config,
+        )
+    )
+
+    store = metadata_store.MetadataStore(metadata_config)
+    (examples,) = store.get_artifacts_by_type("Examples")
+    assert json.loads(examples.properties["split_names"].string_value) == ["train", "eval"]
+    assert examples.custom_properties["payload_format"].string_value == "FORMAT_TF_EXAMPLE"
+    assert examples.custom_properties["span"].int_value == 3
+    (statistics_uri,) = (a.uri for a in store.get_artifacts_by_type("ExampleStatistics"))
+    counts = {}
+    for split in ("train", "eval"):
+        stats = statistics_pb2.DatasetFeatureStatisticsList.FromString(
+            Path(statistics_uri, f"Split-{split}", "FeatureStats.pb").read_bytes()
+        )
+        counts[split] = stats.datasets[0].num_examples
+    assert sum(counts.values()) == 40 and min(counts.values()) > 0
+    (schema_uri,) = (a.uri for a in store.get_artifacts_by_type("Schema"))
+    from google.protobuf import text_format
+
+    parsed = text_format.Parse(Path(schema_uri, "schema.pbtxt").read_text(), schema_pb2.Schema())
+    assert {"image", "label"} <= {feature.name for feature in parsed.feature}
