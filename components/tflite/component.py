@@ -1,0 +1,306 @@
+"""TFX component `TFLiteExport`: convert the pushed model to TF Lite, gate on parity, publish.
+
+Runs after the Pusher (docs/INTERFACES.md, "TF Lite"). For each requested variant it
+converts the serving model's `predict_normalized` signature, compares the TF Lite model
+with the SavedModel on the eval split, and publishes the variants that pass their gate to
+`<publish_dir>/<pushed_version>/<variant>.tflite` beside a `labels.txt`.
+
+Example (in the pipeline):
+
+    tflite_export = TFLiteExport(
+        model=trainer.outputs["model"],
+        examples=ingest.outputs["examples"],
+        pushed_model=pusher.outputs["pushed_model"],
+        variants='["fp32", "fp16", "int8"]',
+        publish_dir=os.path.join(workspace, "tflite", model_name),
+    )
+"""
+
+# No `from __future__ import annotations` here: the TFX decorator reads the function's
+# annotations as objects, not strings.
+
+import json
+import os
+import time
+
+import tensorflow as tf
+from absl import logging
+from tfx.dsl.component.experimental.annotations import InputArtifact, OutputArtifact, Parameter
+from tfx.dsl.component.experimental.decorators import component
+from tfx.types import artifact, standard_artifacts
+from tfx.utils import path_utils
+
+from components.tflite.convert import VARIANTS, convert, read_signature_input
+from components.tflite.data import load_split_images, read_label_names
+from components.tflite.parity import check_parity
+
+EVAL_SPLIT = "eval"
+TRAIN_SPLIT = "train"
+NOT_PUSHED_REASON = "model not pushed (not blessed)"
+
+
+class TFLiteModels(artifact.Artifact):
+    """TF Lite models converted from one pushed serving model.
+
+    * File structure:
+        - `{uri}/<variant>.tflite`: every converted variant, published or not.
+        - `{uri}/labels.txt`: class names, one per line, in class index order.
+        - `{uri}/report.json`: `{variant: {"path", "bytes", "agreement", "accuracy",
+          "savedmodel_accuracy", "accuracy_delta", "latency_ms", "examples", "published",
+          "reason"}}`, or `{"skipped": reason}` when the model was not pushed.
+
+    * Custom properties: `skipped` (int 0/1), `version` (str, the pushed version; empty
+      when skipped), `published_variants` (str, JSON list).
+    """
+
+    TYPE_NAME = "mptfx.TFLiteModels"
+
+
+def parse_variants(variants_json: str) -> list[str]:
+    """Parses the `variants` parameter: a JSON list of distinct names from `VARIANTS`.
+
+    Raises:
+        ValueError: naming the received text or the unknown variant.
+    """
+    try:
+        variants = json.loads(variants_json)
+    except json.JSONDecodeError as error:
+        raise ValueError(
+            f'variants must be a JSON list such as \'["fp32", "int8"]\'; received '
+            f"{variants_json!r} ({error})."
+        ) from error
+    if (
+        not isinstance(variants, list)
+        or not variants
+        or not all(isinstance(variant, str) for variant in variants)
+    ):
+        raise ValueError(
+            f"variants must be a non-empty JSON list of strings; received {variants_json!r}."
+        )
+    unknown = [variant for variant in variants if variant not in VARIANTS]
+    if unknown:
+        raise ValueError(
+            f"Unknown TF Lite variant(s) {unknown} in variants={variants_json!r}; valid "
+            f"variants are {list(VARIANTS)}."
+        )
+    if len(set(variants)) != len(variants):
+        raise ValueError(f"variants lists a variant twice; received {variants_json!r}.")
+    return variants
+
+
+def pushed_version(pushed_model: artifact.Artifact) -> str | None:
+    """The version the Pusher published, or None when it did not push.
+
+    TFX's Pusher sets the custom properties `pushed` (1/0), `pushed_version` and
+    `pushed_destination` (`.../<version>`).
+
+    Raises:
+        ValueError: when the model was pushed but no version can be found.
+    """
+    if pushed_model.get_int_custom_property("pushed") != 1:
+        return None
+    version = pushed_model.get_string_custom_property("pushed_version")
+    if not version:
+        destination = pushed_model.get_string_custom_property("pushed_destination")
+        version = os.path.basename(destination.rstrip("/"))
+    if not version:
+        raise ValueError(
+            f"PushedModel {pushed_model.uri!r} is marked pushed but has neither a "
+            "'pushed_version' nor a 'pushed_destination' custom property."
+        )
+    return version
+
+
+def export_tflite_models(
+    saved_model_dir: str,
+    examples_uri: str,
+    output_dir: str,
+    publish_version_dir: str,
+    variants: list[str],
+    uint8_io: bool = False,
+    representative_samples: int = 200,
+    parity_limit: int = 0,
+) -> dict[str, dict]:
+    """Converts, checks and publishes each variant; returns the report.
+
+    Args:
+        saved_model_dir: the serving SavedModel.
+        examples_uri: the ingest Examples artifact (eval split for parity, train split for
+            int8 calibration, labels.json).
+        output_dir: where every converted model, labels.txt and report.json are written.
+        publish_version_dir: where variants that pass their gate are copied, with
+            labels.txt.
+        variants: names from `VARIANTS`.
+        uint8_io: give the `int8` variant uint8 input and output.
+        representative_samples: train images used to calibrate `int8`.
+        parity_limit: compare on at most this many eval images; 0 uses the whole split.
+
+    Returns:
+        `{variant: {"path", "bytes", "agreement", "accuracy", "savedmodel_accuracy",
+        "accuracy_delta", "latency_ms", "examples", "published", "reason"}}`; `path` is
+        the published file or None.
+    """
+    signature_input = read_signature_input(saved_model_dir)
+    labels_text = "".join(f"{name}\n" for name in read_label_names(examples_uri))
+    tf.io.gfile.makedirs(output_dir)
+    _write_atomically(os.path.join(output_dir, "labels.txt"), labels_text.encode())
+    eval_images, eval_labels = load_split_images(
+        examples_uri,
+        EVAL_SPLIT,
+        signature_input.input_size,
+        signature_input.channels,
+        limit=parity_limit or None,
+    )
+    representative_images = None
+    if "int8" in variants:
+        representative_images, _ = load_split_images(
+            examples_uri,
+            TRAIN_SPLIT,
+            signature_input.input_size,
+            signature_input.channels,
+            limit=representative_samples,
+        )
+
+    report = {}
+    for variant in variants:
+        try:
+            tflite_model = convert(
+                saved_model_dir,
+                variant,
+                representative_images=representative_images,
+                uint8_io=uint8_io and variant == "int8",
+            )
+        except Exception as error:
+            # One unconvertible variant (an op without an int8 kernel, say) must not stop
+            # the others from being published; the report says what failed.
+            logging.exception("TFLite %s: conversion failed.", variant)
+            report[variant] = _conversion_failure(error)
+            continue
+        _write_atomically(os.path.join(output_dir, f"{variant}.tflite"), tflite_model)
+        result = check_parity(tflite_model, variant, saved_model_dir, eval_images, eval_labels)
+        published_path = None
+        if result.passed:
+            tf.io.gfile.makedirs(publish_version_dir)
+            _write_atomically(os.path.join(publish_version_dir, "labels.txt"), labels_text.encode())
+            published_path = os.path.join(publish_version_dir, f"{variant}.tflite")
+            _write_atomically(published_path, tflite_model)
+        report[variant] = {
+            "path": published_path,
+            "bytes": result.bytes,
+            "agreement": result.agreement,
+            "accuracy": result.accuracy,
+            "savedmodel_accuracy": result.savedmodel_accuracy,
+            "accuracy_delta": result.accuracy_delta,
+            "latency_ms": result.latency_ms,
+            "examples": result.examples,
+            "published": result.passed,
+            "reason": result.reason,
+        }
+        logging.info(
+            "TFLite %-12s %9d bytes  agreement %.4f  accuracy %.4f (%+.2f points)  "
+            "%.3f ms/image  %s: %s",
+            variant,
+            result.bytes,
+            result.agreement,
+            result.accuracy,
+            result.accuracy_delta * 100,
+            result.latency_ms,
+            f"published {published_path}" if result.passed else "NOT published",
+            result.reason,
+        )
+    _write_atomically(
+        os.path.join(output_dir, "report.json"), json.dumps(report, indent=2).encode()
+    )
+    return report
+
+
+@component
+def TFLiteExport(
+    model: InputArtifact[standard_artifacts.Model],
+    examples: InputArtifact[standard_artifacts.Examples],
+    pushed_model: InputArtifact[standard_artifacts.PushedModel],
+    tflite_models: OutputArtifact[TFLiteModels],
+    publish_dir: Parameter[str],
+    variants: Parameter[str] = '["fp32", "fp16", "int8"]',
+    uint8_io: Parameter[int] = 0,
+    representative_samples: Parameter[int] = 200,
+    parity_limit: Parameter[int] = 0,
+) -> None:
+    """Converts the pushed serving model to TF Lite variants and publishes those that pass.
+
+    Args:
+        model: the Trainer's Model; the SavedModel is `<uri>/Format-Serving`.
+        examples: the ingest Examples (eval split, train split, labels.json).
+        pushed_model: the Pusher's output; nothing is converted unless `pushed` is 1.
+        tflite_models: every converted model, labels.txt and report.json.
+        publish_dir: passing variants go to `<publish_dir>/<pushed_version>/`.
+        variants: JSON list of variants from `VARIANTS`.
+        uint8_io: 1 gives the `int8` variant uint8 input/output (microcontrollers, Edge TPU).
+        representative_samples: train images used to calibrate `int8`.
+        parity_limit: eval images compared with the SavedModel; 0 means the whole split.
+    """
+    started = time.monotonic()
+    variant_names = parse_variants(variants)
+    version = pushed_version(pushed_model)
+    tf.io.gfile.makedirs(tflite_models.uri)
+    if version is None:
+        _write_atomically(
+            os.path.join(tflite_models.uri, "report.json"),
+            json.dumps({"skipped": NOT_PUSHED_REASON}).encode(),
+        )
+        tflite_models.set_int_custom_property("skipped", 1)
+        tflite_models.set_string_custom_property("version", "")
+        tflite_models.set_string_custom_property("published_variants", "[]")
+        logging.info(
+            "TFLiteExport skipped: %s (PushedModel %s).", NOT_PUSHED_REASON, pushed_model.uri
+        )
+        return
+
+    report = export_tflite_models(
+        saved_model_dir=path_utils.serving_model_path(model.uri),
+        examples_uri=examples.uri,
+        output_dir=tflite_models.uri,
+        publish_version_dir=os.path.join(publish_dir, version),
+        variants=variant_names,
+        uint8_io=bool(uint8_io),
+        representative_samples=representative_samples,
+        parity_limit=parity_limit,
+    )
+    published = [variant for variant, entry in report.items() if entry["published"]]
+    tflite_models.set_int_custom_property("skipped", 0)
+    tflite_models.set_string_custom_property("version", version)
+    tflite_models.set_string_custom_property("published_variants", json.dumps(published))
+    logging.info(
+        "TFLiteExport finished in %.1f s: version %s, published %s of %s.",
+        time.monotonic() - started,
+        version,
+        published,
+        variant_names,
+    )
+
+
+def _conversion_failure(error: Exception) -> dict:
+    """The report entry of a variant the converter could not produce."""
+    return {
+        "path": None,
+        "bytes": None,
+        "agreement": None,
+        "accuracy": None,
+        "savedmodel_accuracy": None,
+        "accuracy_delta": None,
+        "latency_ms": None,
+        "examples": 0,
+        "published": False,
+        "reason": f"conversion failed: {type(error).__name__}: {error}"[:2000],
+    }
+
+
+def _write_atomically(path: str, content: bytes) -> None:
+    """Writes a file under a temporary name, then renames it.
+
+    A reader (a device fleet syncing the publish folder) never sees a half-written model.
+    """
+    temporary_path = f"{path}.tmp"
+    with tf.io.gfile.GFile(temporary_path, "wb") as f:
+        f.write(content)
+    tf.io.gfile.rename(temporary_path, path, overwrite=True)
