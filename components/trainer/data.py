@@ -1,0 +1,150 @@
+"""tf.data input from the ingest Examples: GZIP TFRecords of tf.Example with PNG images.
+
+Training and serving share `preprocess_images`, so a served image goes through exactly
+the resize/normalisation the model was trained on.
+
+Example:
+
+    dataset = make_dataset(fn_args.train_files, input_size=(16, 16), channels=1,
+                           batch_size=32, shuffle=True, seed=42)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+
+import tensorflow as tf
+
+IMAGE_KEY = "image"
+LABEL_KEY = "label"
+CHANNELS_KEY = "channels"
+LABELS_FILE = "labels.json"
+TRAIN_SPLIT_DIR = "Split-train"
+COMPRESSION = "GZIP"
+_SHUFFLE_BUFFER = 10_000  # serialized examples; the digits set fits whole
+_FEATURE_SPEC = {
+    IMAGE_KEY: tf.io.FixedLenFeature([], tf.string),
+    LABEL_KEY: tf.io.FixedLenFeature([], tf.int64),
+}
+
+
+def list_files(file_patterns: Sequence[str]) -> list[str]:
+    """Returns the sorted files matched by `file_patterns`.
+
+    Raises:
+        ValueError: naming the patterns if they match no file.
+    """
+    files = sorted({f for pattern in file_patterns for f in tf.io.gfile.glob(pattern)})
+    if not files:
+        raise ValueError(f"No files match. Received: file_patterns={list(file_patterns)}")
+    return files
+
+
+def read_label_names(train_files: Sequence[str]) -> list[str]:
+    """Reads `label_names` from labels.json beside the `Split-train` folder.
+
+    Args:
+        train_files: `fn_args.train_files`; the first pattern must lie inside a
+            `Split-train` folder, e.g. `<examples_uri>/Split-train/*`.
+
+    Raises:
+        ValueError: if no `Split-train` folder is on the path or labels.json is missing
+            or malformed.
+    """
+    pattern = train_files[0] if train_files else ""
+    folder = pattern
+    while os.path.basename(folder) != TRAIN_SPLIT_DIR:
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            raise ValueError(
+                f"No {TRAIN_SPLIT_DIR} folder in the first train file pattern. "
+                f"Received: train_files={list(train_files)}"
+            )
+        folder = parent
+    path = os.path.join(os.path.dirname(folder), LABELS_FILE)
+    if not tf.io.gfile.exists(path):
+        raise ValueError(f"labels.json not found. Received: path={path}")
+    with tf.io.gfile.GFile(path) as f:
+        label_names = json.load(f).get("label_names")
+    if not isinstance(label_names, list) or len(label_names) < 2:
+        raise ValueError(
+            f"labels.json needs 'label_names' with at least 2 names. "
+            f"Received: label_names={label_names!r} in {path}"
+        )
+    return [str(name) for name in label_names]
+
+
+def read_channels(file_patterns: Sequence[str]) -> int:
+    """Returns the `channels` feature of the first example in `file_patterns`."""
+    files = list_files(file_patterns)
+    for record in tf.data.TFRecordDataset(files[:1], compression_type=COMPRESSION).take(1):
+        example = tf.train.Example.FromString(record.numpy())
+        values = example.features.feature[CHANNELS_KEY].int64_list.value
+        if values:
+            return int(values[0])
+        raise ValueError(f"First example has no '{CHANNELS_KEY}' feature. Received: {files[0]}")
+    raise ValueError(f"No examples in the first file. Received: {files[0]}")
+
+
+def count_examples(file_patterns: Sequence[str]) -> int:
+    """Counts the records in `file_patterns` (reads them without decoding)."""
+    dataset = tf.data.TFRecordDataset(list_files(file_patterns), compression_type=COMPRESSION)
+    return int(dataset.reduce(tf.constant(0, tf.int64), lambda n, _: n + 1))
+
+
+def decode_image(encoded: tf.Tensor, channels: int) -> tf.Tensor:
+    """Decodes one image (PNG per the contract; JPEG/GIF/BMP also work) to uint8
+    [h, w, channels], converting gray <-> RGB as needed."""
+    image = tf.io.decode_image(encoded, channels=channels, expand_animations=False)
+    image.set_shape([None, None, channels])
+    return image
+
+
+def preprocess_images(images: tf.Tensor, input_size: Sequence[int]) -> tf.Tensor:
+    """uint8 images ([h, w, c] or [n, h, w, c]) -> float32 in [0, 1] at `input_size`."""
+    images = tf.image.convert_image_dtype(images, tf.float32)
+    images = tf.image.resize(images, [int(input_size[0]), int(input_size[1])])
+    return tf.clip_by_value(images, 0.0, 1.0)
+
+
+def make_dataset(
+    file_patterns: Sequence[str],
+    input_size: Sequence[int],
+    channels: int,
+    batch_size: int,
+    shuffle: bool,
+    seed: int = 42,
+    num_examples: int | None = None,
+) -> tf.data.Dataset:
+    """Returns batches of (float32 images [b, H, W, C] in [0, 1], int64 labels [b]).
+
+    Args:
+        file_patterns: `fn_args.train_files` or `fn_args.eval_files`.
+        input_size: [H, W] the model expects.
+        channels: 1, 3 or 4; PNGs are converted to it.
+        batch_size: the global batch size.
+        shuffle: shuffle with `seed`, reshuffled every epoch (training only).
+        num_examples: the record count, if known (`count_examples`); it tells Keras the
+            steps per epoch up front, and a wrong count fails loudly.
+    """
+    if channels not in (1, 3, 4):
+        raise ValueError(f"channels must be 1, 3 or 4. Received: channels={channels}")
+
+    def parse(serialized: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        features = tf.io.parse_single_example(serialized, _FEATURE_SPEC)
+        image = decode_image(features[IMAGE_KEY], channels)
+        return preprocess_images(image, input_size), features[LABEL_KEY]
+
+    dataset = tf.data.TFRecordDataset(
+        list_files(file_patterns),
+        compression_type=COMPRESSION,
+        num_parallel_reads=tf.data.AUTOTUNE,
+    )
+    if num_examples is not None:
+        dataset = dataset.apply(tf.data.experimental.assert_cardinality(num_examples))
+    if shuffle:
+        dataset = dataset.shuffle(_SHUFFLE_BUFFER, seed=seed, reshuffle_each_iteration=True)
+    dataset = dataset.map(parse, num_parallel_calls=tf.data.AUTOTUNE)
+    return dataset.batch(batch_size).prefetch(tf.data.AUTOTUNE)

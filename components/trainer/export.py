@@ -1,0 +1,155 @@
+"""Exports the trained model as a float32 SavedModel with three serving signatures.
+
+A model trained under mixed_float16 cannot be converted to TF Lite (float16 Conv2D needs
+Flex ops), so the model is rebuilt under the float32 policy and the trained weights are
+copied in before saving with Keras' ExportArchive (tf.saved_model.save underneath).
+
+Signatures (see docs/INTERFACES.md):
+    serving_default(examples: string [None])    -> probabilities, class_id, class_name
+    predict_images(images: uint8 [None, None, None, C]) -> the same three outputs
+    predict_normalized(images: float32 [None, H, W, C]) -> probabilities
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from components.trainer import data as data_lib
+from models import build_model
+
+SERVING_SIGNATURE = "serving_default"
+IMAGES_SIGNATURE = "predict_images"
+NORMALIZED_SIGNATURE = "predict_normalized"
+
+
+def export_serving_model(
+    trained_model: keras.Model,
+    model_name: str,
+    model_params: Mapping[str, object],
+    input_size: Sequence[int],
+    channels: int,
+    label_names: Sequence[str],
+    export_dir: str,
+) -> str:
+    """Saves a float32 copy of `trained_model` to `export_dir`; returns `export_dir`.
+
+    Args:
+        trained_model: the model after training, under any dtype policy.
+        model_name, model_params: how it was built (registry name and parameters).
+        input_size: [H, W] it was trained at; `predict_images` resizes to it in-graph.
+        channels: image channels it was trained on.
+        label_names: class names, index = class id.
+        export_dir: where to write the SavedModel (`fn_args.serving_model_dir`).
+    """
+    height, width = int(input_size[0]), int(input_size[1])
+    float_model = _rebuild_in_float32(
+        trained_model, model_name, model_params, (height, width, channels), len(label_names)
+    )
+    functions = _ServingFunctions(float_model, (height, width), channels, label_names)
+    # ExportArchive (what model.export uses) tracks the raw tf.Variables; a tf.Module that
+    # only holds the Keras model saves Keras-wrapped variables, which the TF 2.16 TF Lite
+    # converter cannot freeze ("missing attribute 'value'", then abort).
+    archive = keras.export.ExportArchive()
+    archive.track(float_model)
+    for name, (function, input_signature) in functions.endpoints().items():
+        archive.add_endpoint(name, function, input_signature=input_signature)
+    archive.write_out(export_dir, verbose=False)
+    return export_dir
+
+
+def _rebuild_in_float32(
+    trained_model: keras.Model,
+    model_name: str,
+    model_params: Mapping[str, object],
+    input_shape: tuple[int, int, int],
+    num_classes: int,
+) -> keras.Model:
+    """Builds the same architecture under the float32 policy and copies the weights."""
+    previous_policy = keras.mixed_precision.global_policy()
+    keras.mixed_precision.set_dtype_policy("float32")
+    try:
+        float_model = build_model(model_name, input_shape, num_classes, **dict(model_params))
+    finally:
+        keras.mixed_precision.set_dtype_policy(previous_policy)
+    trained_weights = trained_model.get_weights()
+    if len(trained_weights) != len(float_model.weights):
+        raise ValueError(
+            f"Rebuilt {model_name!r} does not match the trained model. Received: "
+            f"{len(trained_weights)} trained weights, {len(float_model.weights)} rebuilt"
+        )
+    float_model.set_weights(
+        [
+            np.asarray(w, dtype=v.dtype)
+            for w, v in zip(trained_weights, float_model.weights, strict=True)
+        ]
+    )
+    return float_model
+
+
+class _ServingFunctions:
+    """The Python functions behind the three signatures, closing over the float32 model."""
+
+    def __init__(
+        self,
+        model: keras.Model,
+        input_size: tuple[int, int],
+        channels: int,
+        label_names: Sequence[str],
+    ) -> None:
+        self._model = model
+        self._input_size = input_size
+        self._channels = channels
+        self._label_names = list(label_names)
+
+    def endpoints(self) -> dict[str, tuple[Callable, list[tf.TensorSpec]]]:
+        """Signature name -> (function, input signature)."""
+        height, width = self._input_size
+        channels = self._channels
+        return {
+            SERVING_SIGNATURE: (
+                self.serve_examples,
+                [tf.TensorSpec([None], tf.string, name="examples")],
+            ),
+            IMAGES_SIGNATURE: (
+                self.predict_images,
+                [tf.TensorSpec([None, None, None, channels], tf.uint8, name="images")],
+            ),
+            NORMALIZED_SIGNATURE: (
+                self.predict_normalized,
+                [tf.TensorSpec([None, height, width, channels], tf.float32, name="images")],
+            ),
+        }
+
+    def serve_examples(self, examples: tf.Tensor) -> dict[str, tf.Tensor]:
+        features = tf.io.parse_example(
+            examples, {data_lib.IMAGE_KEY: tf.io.FixedLenFeature([], tf.string)}
+        )
+        images = tf.map_fn(
+            lambda encoded: data_lib.preprocess_images(
+                data_lib.decode_image(encoded, self._channels), self._input_size
+            ),
+            features[data_lib.IMAGE_KEY],
+            fn_output_signature=tf.TensorSpec([*self._input_size, self._channels], tf.float32),
+        )
+        return self._classify(images)
+
+    def predict_images(self, images: tf.Tensor) -> dict[str, tf.Tensor]:
+        return self._classify(data_lib.preprocess_images(images, self._input_size))
+
+    def predict_normalized(self, images: tf.Tensor) -> dict[str, tf.Tensor]:
+        return {"probabilities": self._model(images, training=False)}
+
+    def _classify(self, images: tf.Tensor) -> dict[str, tf.Tensor]:
+        # oneDNN's Conv2D rejects an empty batch; answer one without running the model.
+        probabilities = tf.cond(
+            tf.shape(images)[0] > 0,
+            lambda: self._model(images, training=False),
+            lambda: tf.zeros([0, len(self._label_names)], tf.float32),
+        )
+        class_id = tf.argmax(probabilities, axis=-1, output_type=tf.int64)
+        class_name = tf.gather(tf.constant(self._label_names), class_id)
+        return {"probabilities": probabilities, "class_id": class_id, "class_name": class_name}
