@@ -10,6 +10,7 @@ Exit codes: 0 the run completed (blessed or not), 1 a pipeline component failed,
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import logging
@@ -18,6 +19,7 @@ import secrets
 import sys
 import time
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -30,23 +32,43 @@ class UsageError(Exception):
 
 def _quiet_tensorflow() -> None:
     # Must happen before TensorFlow is imported; the full log still goes to pipeline.log.
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
     warnings.filterwarnings("ignore")
 
 
-def _log_to_file(path: Path) -> logging.Handler:
-    """Send every library's log records to `path` and keep them off the terminal."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handler = logging.FileHandler(path)
+@contextlib.contextmanager
+def _library_output_to(log_path: Path, console_fd: int) -> Iterator[TextIO]:
+    """Send everything the libraries print (Python logging, Keras progress, TensorFlow's C++
+    messages on file descriptors 1 and 2) to `log_path`; yield a stream to the terminal for
+    our own lines. Descriptors are restored on the way out, also on errors."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = {fd: os.dup(fd) for fd in (1, 2)}
+    log_fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    console = os.fdopen(os.dup(saved[console_fd]), "w", buffering=1)
+    handler = logging.StreamHandler(os.fdopen(os.dup(log_fd), "w", buffering=1))
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger()
-    for existing in list(root.handlers):
-        root.removeHandler(existing)
-    root.addHandler(handler)
+    previous_handlers, previous_level = list(root.handlers), root.level
+    root.handlers = [handler]
     root.setLevel(logging.INFO)
     logging.captureWarnings(True)
-    return handler
+    for fd in (1, 2):
+        os.dup2(log_fd, fd)
+    try:
+        yield console
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        for fd, original in saved.items():
+            os.dup2(original, fd)
+            os.close(original)
+        os.close(log_fd)
+        root.handlers, root.level = previous_handlers, previous_level
+        handler.close()
+        console.close()
 
 
 def _new_run_id() -> str:
@@ -93,9 +115,10 @@ def _print_summary(summary: dict[str, Any], out: TextIO) -> None:
         ("data", f"{data.get('images', '?')} images, {data.get('quarantined', 0)} quarantined"),
     ]
     if trainer:
+        xla = "on" if trainer.get("xla") else "off"
         facts.append(("trainer", f"{trainer.get('model')} {trainer.get('precision')} "
                       f"({trainer.get('precision_reason')}), strategy {trainer.get('strategy')}, "
-                      f"xla {trainer.get('xla')}, {trainer.get('epochs')} epochs, "
+                      f"xla {xla}, {trainer.get('epochs')} epochs, "
                       f"{trainer.get('images_per_sec', 0):.0f} img/s"))
     if evaluation:
         verdict = "BLESSED" if evaluation.get("blessed") else "NOT blessed: " + "; ".join(
@@ -118,8 +141,33 @@ def _print_summary(summary: dict[str, Any], out: TextIO) -> None:
 
 def _command_run(args: argparse.Namespace) -> int:
     _quiet_tensorflow()
-    out = sys.stderr if args.json else sys.stdout
     started = time.monotonic()
+    workspace_root = Path(args.workspace).resolve()
+    run_id = _new_run_id()
+    log_path = workspace_root / "runs" / run_id / "pipeline.log"
+    # Our own lines go to the terminal: stdout, or stderr when stdout carries the JSON.
+    with _library_output_to(log_path, console_fd=2 if args.json else 1) as out:
+        summary, error = _run_pipeline(args, workspace_root, run_id, log_path, started, out)
+        _print_summary(summary, out)
+    if args.json:
+        print(json.dumps(summary, indent=2, default=str))
+    if isinstance(error, KeyboardInterrupt):
+        return EXIT_INTERRUPTED
+    if error is not None:
+        print(f"mptfx: error: {summary['error']} (full log: {log_path})", file=sys.stderr)
+        return EXIT_PIPELINE_FAILED
+    return EXIT_OK
+
+
+def _run_pipeline(
+    args: argparse.Namespace,
+    workspace_root: Path,
+    run_id: str,
+    log_path: Path,
+    started: float,
+    out: TextIO,
+) -> tuple[dict[str, Any], BaseException | None]:
+    """Build and run the pipeline; returns summary.json's content and the error, if any."""
     from pipelines.config import ConfigError, load_config
     from pipelines.workspace import Workspace
 
@@ -127,11 +175,7 @@ def _command_run(args: argparse.Namespace) -> int:
         config = load_config(args.config, args.set or [])
     except ConfigError as error:
         raise UsageError(str(error)) from None
-    workspace = Workspace(Path(args.workspace).resolve())
-    run_id = _new_run_id()
-    run_dir = workspace.run_dir(run_id)
-    log_path = run_dir / "pipeline.log"
-    _log_to_file(log_path)
+    workspace = Workspace(workspace_root)
     data_root = _resolve_data_root(config, workspace, args.data)
 
     from pipelines.local_runner import RunProgress, run_locally
@@ -158,6 +202,7 @@ def _command_run(args: argparse.Namespace) -> int:
         error = failure
         logging.getLogger("mptfx").exception("component %s failed", progress.failed_component)
 
+    run_dir = workspace.run_dir(run_id)
     base = {
         "status": "completed" if error is None else "failed",
         "run_id": run_id,
@@ -176,18 +221,8 @@ def _command_run(args: argparse.Namespace) -> int:
     summary = build_summary(nodes, timings, base)
     summary["trainer"].setdefault("model", config.model.name)
     summary["wall_seconds"] = round(time.monotonic() - started, 2)
-    run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
-
-    _print_summary(summary, out)
-    if args.json:
-        print(json.dumps(summary, indent=2, default=str))
-    if isinstance(error, KeyboardInterrupt):
-        return EXIT_INTERRUPTED
-    if error is not None:
-        print(f"mptfx: error: {base['error']} (full log: {log_path})", file=sys.stderr)
-        return EXIT_PIPELINE_FAILED
-    return EXIT_OK
+    return summary, error
 
 
 def build_parser() -> argparse.ArgumentParser:

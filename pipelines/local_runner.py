@@ -1,31 +1,31 @@
-"""Run the pipeline on this machine with TFX's LocalDagRunner (sqlite MLMD, Beam DirectRunner).
+"""Run the pipeline on this machine: TFX IR, TFX's own node launcher, sqlite ML Metadata.
 
-The runner itself is TFX's; this module adds what a person watching the terminal needs: one
-line as each component starts and finishes with its duration (read from the runner's own
-log records), the full log in `<workspace>/runs/<run_id>/pipeline.log`, and the name of the
-component that failed.
+This is LocalDagRunner's loop (compile to IR, then launch each node in topological order
+with `tfx.orchestration.portable.launcher.Launcher`: driver, executor, publisher, MLMD
+cache) with the two things a person watching the terminal needs: a callback as each
+node starts and finishes with its duration, and the name of the node that failed.
+LocalDagRunner only reports those through log records, which libraries such as the TF Lite
+converter silence by resetting logger levels mid-run.
 """
 
 from __future__ import annotations
 
 import logging
-import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tfx import v1 as tfx
 from tfx.dsl.compiler import compiler, constants
-from tfx.orchestration.portable import runtime_parameter_utils
+from tfx.orchestration import metadata
+from tfx.orchestration.local import runner_utils
+from tfx.orchestration.portable import launcher, runtime_parameter_utils
 from tfx.proto.orchestration import pipeline_pb2
-
-_RUNNING = re.compile(r"^Component (\S+) is running\.$")
-_FINISHED = re.compile(r"^Component (\S+) is finished\.$")
 
 
 @dataclass
 class ComponentTiming:
-    """When one component started and how long it took (None while running)."""
+    """When one node started and how long it took (None while it runs)."""
 
     name: str
     started: float
@@ -34,37 +34,10 @@ class ComponentTiming:
 
 @dataclass
 class RunProgress:
-    """What the runner reported so far; `failed_component` is set when a component raised."""
+    """What the run did so far; `failed_component` is set when a node raised."""
 
     timings: dict[str, ComponentTiming] = field(default_factory=dict)
     failed_component: str | None = None
-
-    @property
-    def running(self) -> str | None:
-        for timing in self.timings.values():
-            if timing.seconds is None:
-                return timing.name
-        return None
-
-
-class _ProgressHandler(logging.Handler):
-    """Turns LocalDagRunner's 'Component X is running/finished' records into callbacks."""
-
-    def __init__(self, progress: RunProgress, on_event: Callable[[str, ComponentTiming], None]):
-        super().__init__(level=logging.INFO)
-        self._progress = progress
-        self._on_event = on_event
-
-    def emit(self, record: logging.LogRecord) -> None:
-        message = record.getMessage()
-        if match := _RUNNING.match(message):
-            timing = ComponentTiming(match.group(1), time.monotonic())
-            self._progress.timings[timing.name] = timing
-            self._on_event("start", timing)
-        elif (match := _FINISHED.match(message)) and match.group(1) in self._progress.timings:
-            timing = self._progress.timings[match.group(1)]
-            timing.seconds = time.monotonic() - timing.started
-            self._on_event("finish", timing)
 
 
 def compile_pipeline(pipeline: tfx.dsl.Pipeline, run_id: str) -> pipeline_pb2.Pipeline:
@@ -76,25 +49,50 @@ def compile_pipeline(pipeline: tfx.dsl.Pipeline, run_id: str) -> pipeline_pb2.Pi
     return ir
 
 
+def launch_node(ir: pipeline_pb2.Pipeline, node_id: str) -> None:
+    """Run one node of a compiled pipeline with TFX's launcher against the IR's MLMD.
+
+    A node whose inputs and parameters match a successful earlier execution is not run
+    again: the launcher publishes the cached outputs instead.
+    """
+    deployment_config = runner_utils.extract_local_deployment_config(ir)
+    connection_config = getattr(
+        deployment_config.metadata_connection_config,
+        deployment_config.metadata_connection_config.WhichOneof("connection_config"),
+    )
+    node = next(n.pipeline_node for n in ir.nodes if n.pipeline_node.node_info.id == node_id)
+    launcher.Launcher(
+        pipeline_node=node,
+        mlmd_connection=metadata.Metadata(connection_config),
+        pipeline_info=ir.pipeline_info,
+        pipeline_runtime_spec=ir.runtime_spec,
+        executor_spec=runner_utils.extract_executor_spec(deployment_config, node_id),
+        custom_driver_spec=runner_utils.extract_custom_driver_spec(deployment_config, node_id),
+    ).launch()
+
+
 def run_locally(
     pipeline: tfx.dsl.Pipeline,
     run_id: str,
     on_event: Callable[[str, ComponentTiming], None],
     progress: RunProgress,
 ) -> None:
-    """Run every component in order; re-raises the failing component's exception after
-    recording it in `progress.failed_component`."""
+    """Run every node in topological order (the IR's order); stop at the first failure,
+    recording it in `progress.failed_component`, and re-raise its exception."""
     ir = compile_pipeline(pipeline, run_id)
-    absl_logger = logging.getLogger("absl")
-    handler = _ProgressHandler(progress, on_event)
-    previous_level = absl_logger.level
-    absl_logger.setLevel(logging.INFO)
-    absl_logger.addHandler(handler)
-    try:
-        tfx.orchestration.LocalDagRunner().run_with_ir(ir)
-    except BaseException:
-        progress.failed_component = progress.running
-        raise
-    finally:
-        absl_logger.removeHandler(handler)
-        absl_logger.setLevel(previous_level)
+    root = logging.getLogger()
+    for node in ir.nodes:
+        node_id = node.pipeline_node.node_info.id
+        # Keep the full log at INFO even after a library lowered the levels.
+        root.setLevel(logging.INFO)
+        logging.getLogger("absl").setLevel(logging.INFO)
+        timing = ComponentTiming(node_id, time.monotonic())
+        progress.timings[node_id] = timing
+        on_event("start", timing)
+        try:
+            launch_node(ir, node_id)
+        except BaseException:
+            progress.failed_component = node_id
+            raise
+        timing.seconds = time.monotonic() - timing.started
+        on_event("finish", timing)

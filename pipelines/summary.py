@@ -124,10 +124,12 @@ def _eval_section(nodes: dict) -> dict[str, Any]:
     for slice_metrics in tfma.load_metrics(evaluation.uri):
         slice_key = slice_metrics.slice_key
         for entry in slice_metrics.metric_keys_and_values:
-            if entry.key.name != "sparse_categorical_accuracy" or entry.key.HasField(
-                "model_name") and entry.key.model_name == "baseline":
+            key = entry.key
+            if key.name != "sparse_categorical_accuracy" or key.is_diff:
                 continue
-            if entry.key.is_diff:
+            if key.model_name == "baseline":
+                if not slice_metrics.slice_key.single_slice_keys:
+                    section["baseline_accuracy"] = round(entry.value.double_value.value, 4)
                 continue
             value = entry.value.double_value.value
             if not slice_key.single_slice_keys:

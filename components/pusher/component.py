@@ -7,7 +7,6 @@ publish.py), keeps the newest `keep_versions`, and records the same `pushed`,
 anything that reads TFX's Pusher output reads this one.
 """
 
-from __future__ import annotations
 
 import logging
 

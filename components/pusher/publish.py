@@ -65,6 +65,21 @@ def _copy_tree(source: str, destination: str, copy_file: CopyFile) -> None:
         copy_file(*pair)
 
 
+def _fingerprint(model_dir: str) -> dict[str, object]:
+    """Relative path → size for every file, plus the bytes of the two files that change
+    whenever the graph or the weights change (saved_model.pb, variables/variables.index)."""
+    prints: dict[str, object] = {}
+    for folder, _, files in tf.io.gfile.walk(model_dir):
+        for name in files:
+            path = posixpath.join(folder, name)
+            relative = posixpath.relpath(path, model_dir)
+            prints[relative] = tf.io.gfile.stat(path).length
+            if relative in (_SAVED_MODEL_FILE, "variables/variables.index"):
+                with tf.io.gfile.GFile(path, "rb") as handle:
+                    prints[relative + "#bytes"] = handle.read()
+    return prints
+
+
 def _remove_stale_staging(base_dir: str) -> None:
     """Staging folders left by a killed push are deleted once they are an hour old."""
     now = time.time()
@@ -98,14 +113,22 @@ def publish_version(
 ) -> tuple[int, str]:
     """Copy the SavedModel at `source_dir` to `<base_dir>/<next integer version>`.
 
-    Returns (version, version_dir). On any failure the staging copy is removed and no new
-    version is visible; the error is raised as PublishError naming the destination.
+    Returns (version, version_dir). When the newest version already holds this very model,
+    that version is returned and nothing is copied. On any failure the staging copy is
+    removed, no new version is visible, and PublishError names the destination.
     """
     if not tf.io.gfile.exists(posixpath.join(source_dir, _SAVED_MODEL_FILE)):
         raise PublishError(f"no {_SAVED_MODEL_FILE} in {source_dir}: not a SavedModel")
     tf.io.gfile.makedirs(base_dir)
     _remove_stale_staging(base_dir)
-    version = (existing_versions(base_dir) or [0])[-1] + 1
+    versions = existing_versions(base_dir)
+    if versions:
+        newest = posixpath.join(base_dir, str(versions[-1]))
+        if _fingerprint(newest) == _fingerprint(source_dir):
+            # Re-pushing the model already served (e.g. a cached re-run) adds no version.
+            logging.info("%s already serves this model; nothing new published", newest)
+            return versions[-1], newest
+    version = (versions or [0])[-1] + 1
     version_dir = posixpath.join(base_dir, str(version))
     staging = posixpath.join(base_dir, f"{_STAGING_PREFIX}{time.time():.0f}-{uuid.uuid4().hex[:8]}")
     try:

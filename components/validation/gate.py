@@ -5,7 +5,6 @@ pipeline go on. A bad data drop must never reach training or production, so this
 fails the run with a one-line message naming each anomalous feature.
 """
 
-from __future__ import annotations
 
 import os
 

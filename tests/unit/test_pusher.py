@@ -26,25 +26,44 @@ def _visible(base) -> list[str]:
     return sorted(os.listdir(base)) if os.path.isdir(base) else []
 
 
-def test_versions_count_up_from_one_and_load(saved_model, tmp_path):
+@pytest.fixture(scope="module")
+def other_model(tmp_path_factory) -> str:
+    module = tf.Module()
+    module.weight = tf.Variable([4.0, 5.0, 6.0])
+    path = str(tmp_path_factory.mktemp("model") / "other")
+    tf.saved_model.save(module, path)
+    return path
+
+
+def test_versions_count_up_from_one_and_load(saved_model, other_model, tmp_path):
     base = str(tmp_path / "serving" / "digits")
     assert publish_version(saved_model, base) == (1, f"{base}/1")
+    publish_version(other_model, base)
     version, path = publish_version(saved_model, base)
-    assert version == 2 and _visible(base) == ["1", "2"]
+    assert version == 3 and _visible(base) == ["1", "2", "3"]
     loaded = tf.saved_model.load(path)
     assert loaded.predict(tf.constant([1.0, 1.0, 1.0])).numpy().tolist() == [1.0, 2.0, 3.0]
 
 
-def test_keep_versions_prunes_the_oldest(saved_model, tmp_path):
+def test_same_model_again_adds_no_version(saved_model, tmp_path):
     base = str(tmp_path / "digits")
-    for _ in range(4):
-        publish_version(saved_model, base, keep_versions=2)
+    assert publish_version(saved_model, base) == (1, f"{base}/1")
+    assert publish_version(saved_model, base) == (1, f"{base}/1")
+    assert _visible(base) == ["1"]
+
+
+def test_keep_versions_prunes_the_oldest(saved_model, other_model, tmp_path):
+    base = str(tmp_path / "digits")
+    for model in (saved_model, other_model, saved_model, other_model):
+        publish_version(model, base, keep_versions=2)
     assert existing_versions(base) == [3, 4]
 
 
-def test_copy_failing_midway_leaves_no_new_version_and_next_push_succeeds(saved_model, tmp_path):
+def test_copy_failing_midway_leaves_no_new_version_and_next_push_succeeds(
+    saved_model, other_model, tmp_path
+):
     base = str(tmp_path / "digits")
-    publish_version(saved_model, base)
+    publish_version(other_model, base)
     copied = []
 
     def copy_then_fail(source: str, destination: str) -> None:
