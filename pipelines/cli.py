@@ -2,9 +2,9 @@
 
     mptfx run [--config FILE] [--set KEY=VALUE ...] [--workspace DIR] [--data DIR] [--json]
 
-Exit codes: 0 the run completed (blessed or not), 1 a pipeline component failed,
-2 usage, configuration or input-data error (the message names the key, file or folder),
-130 interrupted.
+Exit codes (pipelines/errors.py): 0 the run completed (blessed or not), 1 a pipeline
+component failed, 2 usage, configuration or input-data error (the message names the key,
+file or folder), 130 interrupted.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime
+import importlib
 import json
 import logging
 import os
@@ -23,11 +24,17 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
-EXIT_OK, EXIT_PIPELINE_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+from pipelines.errors import (
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_PIPELINE_FAILED,
+    EXIT_USAGE,
+    UsageError,
+)
 
-
-class UsageError(Exception):
-    """Bad command line, config or input data: exit 2 with a one-line message."""
+# Each module adds its sub-commands with `register(commands)`; imports there stay light
+# (no TensorFlow at import time) so `mptfx --help` is instant.
+COMMAND_MODULES: list[str] = []
 
 
 def _quiet_tensorflow() -> None:
@@ -241,6 +248,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--data", help="image folder (one sub-folder per class) or TFRecord folder")
     run.add_argument("--json", action="store_true", help="print summary.json on stdout")
     run.set_defaults(handler=_command_run)
+    for module_name in COMMAND_MODULES:
+        importlib.import_module(module_name).register(commands)
     return parser
 
 

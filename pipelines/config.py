@@ -200,5 +200,15 @@ def load_config(path: str | os.PathLike | None = None, overrides: list[str] = ()
     try:
         return Config.model_validate(tree)
     except ValidationError as error:
-        where = f" in {source}" if source else ""
-        raise ConfigError(_describe(error) + where) from None
+        raise ConfigError(_describe(error) + _where(error, source, overrides)) from None
+
+
+def _where(error: ValidationError, source: Path | None, overrides: list[str]) -> str:
+    """Point at the --set that set the failing key, else at the file."""
+    failing = [str(part) for part in error.errors()[0]["loc"]]
+    for text in reversed(overrides):
+        path = parse_override(text)[0]
+        shared = min(len(path), len(failing))
+        if path[:shared] == failing[:shared]:
+            return f" (from --set {text})"
+    return f" in {source}" if source else ""

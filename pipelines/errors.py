@@ -1,0 +1,10 @@
+"""Exit codes and the one exception every command turns into a one-line message."""
+
+EXIT_OK = 0  # the command did what it was asked (a run completed, blessed or not)
+EXIT_PIPELINE_FAILED = 1  # a pipeline component (or the work itself) failed
+EXIT_USAGE = 2  # bad command line, config key or value, input data, unreachable server
+EXIT_INTERRUPTED = 130
+
+
+class UsageError(Exception):
+    """Bad command line, config, input data or environment: exit 2 with this one line."""
