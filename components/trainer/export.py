@@ -19,6 +19,7 @@ import numpy as np
 import tensorflow as tf
 
 from components.trainer import data as data_lib
+from components.trainer.warmup import write_warmup_requests
 from models import build_model
 
 SERVING_SIGNATURE = "serving_default"
@@ -58,6 +59,13 @@ def export_serving_model(
     for name, (function, input_signature) in functions.endpoints().items():
         archive.add_endpoint(name, function, input_signature=input_signature)
     archive.write_out(export_dir, verbose=False)
+    write_warmup_requests(
+        export_dir,
+        model_name,
+        (height, width),
+        channels,
+        {SERVING_SIGNATURE: "examples", IMAGES_SIGNATURE: "images"},
+    )
     return export_dir
 
 
