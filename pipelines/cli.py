@@ -20,7 +20,8 @@ import secrets
 import sys
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -32,9 +33,22 @@ from pipelines.errors import (
     UsageError,
 )
 
+
+@dataclass
+class RunPlan:
+    """What a command adds to a plain `run`: a reason to skip it before any component runs,
+    a schema to validate against, and a step after the summary is written."""
+
+    skip_reason: str | None = None
+    schema_file: str = ""
+    after_run: Callable[[dict[str, Any]], None] | None = None
+
+
+Planner = Callable[[Any, Any, Any], RunPlan]
+
 # Each module adds its sub-commands with `register(commands)`; imports there stay light
 # (no TensorFlow at import time) so `mptfx --help` is instant.
-COMMAND_MODULES: list[str] = []
+COMMAND_MODULES: list[str] = ["pipelines.retrain"]
 
 
 def _quiet_tensorflow() -> None:
@@ -87,23 +101,28 @@ def _one_line(error: BaseException) -> str:
     return text[0] if text else type(error).__name__
 
 
-def _resolve_data_root(config: Any, workspace: Any, data_arg: str | None) -> str:
-    """The folder to ingest: --data, else data.source; builtin:digits is exported first."""
+def _resolve_data(config: Any, workspace: Any, data_arg: str | None) -> Any:
+    """What to ingest (a DataSelection): --data, else data.source, with its latest span(s);
+    builtin:digits is exported into the workspace first."""
     from components.ingest.listing import DataError, is_tfrecord_dir, scan_image_folder
     from pipelines.config import BUILTIN_DIGITS
     from pipelines.datasets import export_digits
+    from pipelines.spans import DataSelection, select_data
 
     source = data_arg or config.data.source
     if source == BUILTIN_DIGITS:
-        return str(export_digits(workspace.builtin_data_dir, config.data.builtin_per_class))
+        exported = export_digits(workspace.builtin_data_dir, config.data.builtin_per_class)
+        return DataSelection(root=str(exported))
     if source.startswith("builtin:") or source.startswith("synthetic:"):
         raise UsageError(f"unknown data.source {source!r}; use {BUILTIN_DIGITS} or a folder")
     try:
-        if not is_tfrecord_dir(source):
-            scan_image_folder(source)  # fails fast on a missing, empty or single-class folder
-    except DataError as error:
+        selection = select_data(os.path.abspath(source), config.data.spans.window)
+        for folder in selection.folders:
+            if not is_tfrecord_dir(folder):
+                scan_image_folder(folder)  # fails fast: missing, empty or single-class folder
+    except (DataError, FileNotFoundError, ValueError) as error:
         raise UsageError(str(error)) from None
-    return os.path.abspath(source)
+    return selection
 
 
 def _print_summary(summary: dict[str, Any], out: TextIO) -> None:
@@ -135,7 +154,9 @@ def _print_summary(summary: dict[str, Any], out: TextIO) -> None:
         facts.append(("pushed", f"version {pushed['version']} -> {pushed['path']}"
                       if pushed.get("pushed") else "nothing pushed"))
     for variant, info in (summary.get("tflite") or {}).items():
-        if isinstance(info, dict):
+        if variant == "skipped":
+            facts.append(("tflite", f"skipped: {info}"))
+        elif isinstance(info, dict):
             facts.append((f"tflite {variant}", f"{info.get('bytes')} bytes, agreement "
                           f"{info.get('agreement')}, published: {info.get('path') or 'no'}"))
     if summary.get("error"):
@@ -146,7 +167,8 @@ def _print_summary(summary: dict[str, Any], out: TextIO) -> None:
         print(f"  {key + ':':<13} {value}", file=out)
 
 
-def _command_run(args: argparse.Namespace) -> int:
+def _command_run(args: argparse.Namespace, planner: Planner | None = None) -> int:
+    """`mptfx run`; other commands (retrain) reuse it with a planner."""
     _quiet_tensorflow()
     started = time.monotonic()
     workspace_root = Path(args.workspace).resolve()
@@ -154,8 +176,11 @@ def _command_run(args: argparse.Namespace) -> int:
     log_path = workspace_root / "runs" / run_id / "pipeline.log"
     # Our own lines go to the terminal: stdout, or stderr when stdout carries the JSON.
     with _library_output_to(log_path, console_fd=2 if args.json else 1) as out:
-        summary, error = _run_pipeline(args, workspace_root, run_id, log_path, started, out)
-        _print_summary(summary, out)
+        summary, error = _run_pipeline(
+            args, workspace_root, run_id, log_path, started, out, planner
+        )
+        if summary["status"] != "skipped":
+            _print_summary(summary, out)
     if args.json:
         print(json.dumps(summary, indent=2, default=str))
     if isinstance(error, KeyboardInterrupt):
@@ -173,6 +198,7 @@ def _run_pipeline(
     log_path: Path,
     started: float,
     out: TextIO,
+    planner: Planner | None = None,
 ) -> tuple[dict[str, Any], BaseException | None]:
     """Build and run the pipeline; returns summary.json's content and the error, if any."""
     from pipelines.config import ConfigError, load_config
@@ -183,13 +209,33 @@ def _run_pipeline(
     except ConfigError as error:
         raise UsageError(str(error)) from None
     workspace = Workspace(workspace_root)
-    data_root = _resolve_data_root(config, workspace, args.data)
+    data = _resolve_data(config, workspace, args.data)
+    plan = planner(config, workspace, data) if planner else RunPlan()
+    run_dir = workspace.run_dir(run_id)
+    base = {
+        "status": "completed",
+        "run_id": run_id,
+        "pipeline": config.pipeline.name,
+        "workspace": str(workspace.root),
+        "data_root": data.root,
+        "spans": data.spans,
+        "summary_path": str(run_dir / "summary.json"),
+        "log_path": str(log_path),
+        "config": config.model_dump(),
+    }
+    if plan.skip_reason:
+        print(f"mptfx {args.command} {run_id}: {plan.skip_reason}; nothing to do", file=out)
+        summary = {**base, "status": "skipped", "reason": plan.skip_reason, "components": {},
+                   "wall_seconds": round(time.monotonic() - started, 2)}
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+        return summary, None
 
     from pipelines.local_runner import RunProgress, run_locally
     from pipelines.pipeline import create_pipeline
     from pipelines.summary import build_summary, collect_outputs
 
-    pipeline = create_pipeline(config, workspace, data_root)
+    pipeline = create_pipeline(config, workspace, data, schema_file=plan.schema_file)
     print(f"mptfx run {run_id}: {len(pipeline.components)} components, "
           f"workspace {workspace.root}, log {log_path}", file=out)
 
@@ -209,18 +255,8 @@ def _run_pipeline(
         error = failure
         logging.getLogger("mptfx").exception("component %s failed", progress.failed_component)
 
-    run_dir = workspace.run_dir(run_id)
-    base = {
-        "status": "completed" if error is None else "failed",
-        "run_id": run_id,
-        "pipeline": config.pipeline.name,
-        "workspace": str(workspace.root),
-        "data_root": data_root,
-        "summary_path": str(run_dir / "summary.json"),
-        "log_path": str(log_path),
-        "config": config.model_dump(),
-    }
     if error is not None:
+        base["status"] = "failed"
         base["failed_component"] = progress.failed_component
         base["error"] = f"{progress.failed_component or 'pipeline'} failed: {_one_line(error)}"
     nodes = collect_outputs(pipeline.metadata_connection_config, config.pipeline.name, run_id)
@@ -228,8 +264,22 @@ def _run_pipeline(
     summary = build_summary(nodes, timings, base)
     summary["trainer"].setdefault("model", config.model.name)
     summary["wall_seconds"] = round(time.monotonic() - started, 2)
+    if plan.after_run is not None and error is None:
+        plan.after_run(summary)
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
     return summary, error
+
+
+def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of `mptfx run`, shared by the commands that run the pipeline."""
+    parser.add_argument("--config", help="YAML config (default: configs/local.yaml when present)")
+    parser.add_argument("--set", action="append", metavar="KEY=VALUE",
+                        help="override one config key, e.g. --set trainer.epochs=3 (repeatable)")
+    parser.add_argument("--workspace", default="workspace",
+                        help="output folder (default ./workspace)")
+    parser.add_argument("--data", help="image folder (one sub-folder per class), TFRecord "
+                        "folder, or folder of span-<N> drops")
+    parser.add_argument("--json", action="store_true", help="print summary.json on stdout")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -241,12 +291,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     run = commands.add_parser("run", help="run the whole pipeline locally")
-    run.add_argument("--config", help="YAML config (default: configs/local.yaml when present)")
-    run.add_argument("--set", action="append", metavar="KEY=VALUE",
-                     help="override one config key, e.g. --set trainer.epochs=3 (repeatable)")
-    run.add_argument("--workspace", default="workspace", help="output folder (default ./workspace)")
-    run.add_argument("--data", help="image folder (one sub-folder per class) or TFRecord folder")
-    run.add_argument("--json", action="store_true", help="print summary.json on stdout")
+    add_run_arguments(run)
     run.set_defaults(handler=_command_run)
     for module_name in COMMAND_MODULES:
         importlib.import_module(module_name).register(commands)

@@ -15,7 +15,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 
 DEFAULT_CONFIG_PATH = Path("configs/local.yaml")
 BUILTIN_DIGITS = "builtin:digits"
@@ -34,9 +41,19 @@ class PipelineSection(_Section):
     enable_cache: bool = True
 
 
+class SpansSection(_Section):
+    # Train on the last `window` span folders (span-<N> or a {SPAN} pattern in data.source).
+    window: int = Field(1, ge=1)
+
+
 class DataSection(_Section):
-    # A folder with one sub-folder per class, a folder of TFRecord files, or builtin:digits.
+    # A folder with one sub-folder per class, a folder of TFRecord files, builtin:digits,
+    # or a folder of span-<N> drops (or a pattern such as /data/drop-{SPAN}).
     source: str = BUILTIN_DIGITS
+    spans: SpansSection = Field(default_factory=SpansSection)
+    # "" = infer with SchemaGen each run; a schema.pbtxt path = validate against it
+    # (mptfx retrain freezes the first trained span's schema in <workspace>/schema/).
+    schema_file: str = ""
     # builtin:digits only: export at most this many images per class (0 = all 1,797).
     builtin_per_class: int = Field(0, ge=0)
     splits: dict[str, float] = Field(default_factory=lambda: {"train": 0.8, "eval": 0.2})
@@ -116,12 +133,117 @@ class ExportSection(_Section):
 
 class TFLiteSection(_Section):
     variants: list[Literal["fp32", "fp16", "dynamic_int8", "int8"]] = Field(
-        default_factory=lambda: ["fp32"]
+        default_factory=lambda: ["fp32", "fp16", "dynamic_int8", "int8"]
     )
     uint8_io: bool = False
     representative_samples: int = Field(200, ge=1)
     # 0 = the whole eval split.
     parity_limit: int = Field(0, ge=0)
+
+
+class NodePoolSection(_Section):
+    """Where and with what one group of pipeline pods runs (see `kubernetes.pools`)."""
+
+    # Pods of this pool schedule only on nodes with these labels.
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    # Extra tolerations (Kubernetes Toleration objects); `gpus > 0` adds nvidia.com/gpu itself.
+    tolerations: list[dict[str, Any]] = Field(default_factory=list)
+    # nvidia.com/gpu limit per pod; > 0 also tolerates the nvidia.com/gpu:NoSchedule taint.
+    gpus: int = Field(0, ge=0)
+    # GKE accelerator name (e.g. nvidia-l4); the KFP export turns it into NVIDIA_L4.
+    accelerator: str = ""
+    requests: dict[str, str] = Field(
+        default_factory=lambda: {"cpu": "1", "memory": "4Gi", "ephemeral-storage": "1Gi"})
+    limits: dict[str, str] = Field(
+        default_factory=lambda: {"cpu": "2", "memory": "8Gi", "ephemeral-storage": "4Gi"})
+
+
+def _default_pools() -> dict[str, NodePoolSection]:
+    return {
+        "cpu": NodePoolSection(),
+        "gpu": NodePoolSection(
+            node_selector={"cloud.google.com/gke-accelerator": "nvidia-l4"},
+            gpus=1,
+            accelerator="nvidia-l4",
+            requests={"cpu": "4", "memory": "16Gi", "ephemeral-storage": "1Gi"},
+            limits={"cpu": "8", "memory": "32Gi", "ephemeral-storage": "4Gi"},
+        ),
+    }
+
+
+class MetadataDatabaseSection(_Section):
+    """The shared ML Metadata database every node pod writes to (the in-cluster PostgreSQL)."""
+
+    engine: Literal["postgresql", "mysql"] = "postgresql"
+    host: str = "mptfx-postgres"
+    port: int = Field(5432, ge=1, le=65535)
+    database: str = "mlmd"
+    user: str = "mptfx"
+    # The password is never in the config: pods read it from this Secret's key.
+    password_secret: str = "mptfx-postgres"
+    password_key: str = "password"
+
+
+class KubernetesTrainerSection(_Section):
+    # > 1: the Trainer is an Indexed Job of this many pods (MultiWorkerMirroredStrategy).
+    workers: int = Field(1, ge=1)
+    # Emit a Kubeflow TFJob (kubeflow.org/v1, Training Operator) instead of the Indexed Job.
+    use_tfjob: bool = False
+    port: int = Field(2222, ge=1, le=65535)
+
+
+class KubernetesSection(_Section):
+    """How `mptfx k8s` runs the pipeline: one batch/v1 Job per node, in node pools."""
+
+    namespace: str = Field("mptfx", pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    image: str = "mptfx:0.1.0"
+    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
+    # Node pods talk to no API server; the driver's account may manage Jobs, Services, Pods.
+    service_account: str = "mptfx-pipeline"
+    driver_service_account: str = "mptfx-runner"
+    # The PVC mounted in every pod at `workspace`: pipeline root, serving and TF Lite output.
+    workspace: str = "/mnt/mptfx"
+    workspace_claim: str = "mptfx-workspace"
+    metadata: MetadataDatabaseSection = Field(default_factory=MetadataDatabaseSection)
+    pools: dict[str, NodePoolSection] = Field(default_factory=_default_pools)
+    # Component id -> pool; every other component runs in `default_pool`.
+    component_pools: dict[str, str] = Field(default_factory=lambda: {"Trainer": "gpu"})
+    default_pool: str = "cpu"
+    trainer: KubernetesTrainerSection = Field(default_factory=KubernetesTrainerSection)
+    # For Beam components (StatisticsGen, Evaluator, ...); [] keeps Beam's DirectRunner.
+    beam_pipeline_args: list[str] = Field(default_factory=list)
+    backoff_limit: int = Field(2, ge=0)
+    active_deadline_seconds: int = Field(86400, ge=1)
+    ttl_seconds_after_finished: int = Field(604800, ge=0)
+    poll_seconds: float = Field(5.0, gt=0)
+
+    @field_validator("component_pools", "default_pool")
+    @classmethod
+    def _pools_exist(cls, value: dict[str, str] | str, info: ValidationInfo) -> Any:
+        known = info.data.get("pools") or {}
+        wanted = value.values() if isinstance(value, dict) else [value]
+        for pool in wanted:
+            if pool not in known:
+                raise ValueError(f"pool {pool!r} is not one of kubernetes.pools "
+                                 f"({', '.join(sorted(known))})")
+        return value
+
+
+class TrackingSection(_Section):
+    """Where MLflow records each pipeline run (see components/tracking/)."""
+
+    # "" = $MLFLOW_TRACKING_URI when set, else sqlite:///<workspace>/mlflow.db (no server).
+    uri: str = ""
+    # true: an unreachable server is an error (exit 2) before training; false: warn once,
+    # record the run in <workspace>/mlflow.db and print the `mptfx tracking sync` command.
+    required: bool = False
+    # "" = pipeline.name.
+    experiment: str = ""
+    # Register the pushed model (alias champion) or an unblessed one (alias challenger)
+    # under pusher.model_name.
+    register_model: bool = True
+    # How long to wait for the server's /health before treating it as unreachable.
+    connect_timeout_seconds: float = Field(5.0, gt=0)
 
 
 class Config(_Section):
@@ -135,6 +257,8 @@ class Config(_Section):
     pusher: PusherSection = Field(default_factory=PusherSection)
     export: ExportSection = Field(default_factory=ExportSection)
     tflite: TFLiteSection = Field(default_factory=TFLiteSection)
+    tracking: TrackingSection = Field(default_factory=TrackingSection)
+    kubernetes: KubernetesSection = Field(default_factory=KubernetesSection)
 
     def trainer_custom_config(self) -> dict[str, Any]:
         """The JSON-able dict the Trainer's run_fn receives as `custom_config`."""

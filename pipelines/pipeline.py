@@ -17,6 +17,7 @@ from components.pusher.component import AtomicPusher
 from components.tflite.component import TFLiteExport
 from components.validation.gate import DataValidationGate
 from pipelines.config import Config
+from pipelines.spans import DataSelection
 from pipelines.workspace import Workspace
 
 TRAINER_RUN_FN = "components.trainer.module.run_fn"
@@ -61,25 +62,35 @@ def build_eval_config(config: Config) -> tfma.EvalConfig:
 
 
 def create_pipeline(
-    config: Config, workspace: Workspace, data_root: str, span: int = 0
+    config: Config, workspace: Workspace, data: DataSelection, schema_file: str = ""
 ) -> tfx.dsl.Pipeline:
-    """Build the pipeline for `config`, reading images (or TFRecords) from `data_root`."""
+    """Build the pipeline for `config`, reading images (or TFRecords) from `data`.
+
+    With `schema_file` (or `data.schema_file`) the data is validated against that schema
+    (ImportSchemaGen) instead of one inferred from the data itself (SchemaGen), so a new
+    drop that breaks it stops the run.
+    """
     ingest = ImageExampleGen(
-        data_root=data_root,
+        data_root=data.root,
+        span_dirs=json.dumps(data.span_dirs),
         splits=json.dumps(config.data.splits),
         image_size=json.dumps(config.data.image_size),
         resize_method=config.data.resize_method,
         channels=config.data.channels,
         max_bad_fraction=config.data.max_bad_fraction,
         # Part of the execution's inputs, so TFX's cache re-ingests exactly when files change.
-        input_fingerprint=compute_input_fingerprint(data_root),
-        span=span,
+        input_fingerprint=compute_input_fingerprint(data.root),
+        span=data.span,
     ).with_id("Ingest")
 
     statistics_gen = tfx.components.StatisticsGen(examples=ingest.outputs["examples"])
-    schema_gen = tfx.components.SchemaGen(
-        statistics=statistics_gen.outputs["statistics"], infer_feature_shape=True
-    )
+    schema_file = schema_file or config.data.schema_file
+    if schema_file:
+        schema_gen = tfx.components.ImportSchemaGen(schema_file=schema_file)
+    else:
+        schema_gen = tfx.components.SchemaGen(
+            statistics=statistics_gen.outputs["statistics"], infer_feature_shape=True
+        )
     example_validator = tfx.components.ExampleValidator(
         statistics=statistics_gen.outputs["statistics"], schema=schema_gen.outputs["schema"]
     )

@@ -90,6 +90,9 @@ def _data_section(nodes: dict) -> dict[str, Any]:
     if examples is not None:
         section["examples_uri"] = examples.uri
         section["span"] = _custom(examples, "span")
+    schema = _first(nodes, "SchemaGen", "schema") or _first(nodes, "ImportSchemaGen", "schema")
+    if schema is not None:
+        section["schema_uri"] = schema.uri
     report = _first(nodes, "Ingest", "quarantine")
     if report is not None:
         quarantine = _read_json(os.path.join(report.uri, "quarantine.json")) or {}
@@ -140,13 +143,27 @@ def _eval_section(nodes: dict) -> dict[str, Any]:
     if per_class:
         section["recall_per_class"] = dict(sorted(per_class.items(), key=lambda kv: int(kv[0])))
     validation = tfma.load_validation_result(evaluation.uri)
-    failures = []
-    for per_slice in validation.metric_validations_per_slice:
-        for failure in per_slice.failures:
-            failures.append(failure.message or str(failure.metric_key.name))
+    failures = [
+        _describe_failure(failure)
+        for per_slice in validation.metric_validations_per_slice
+        for failure in per_slice.failures
+    ]
     if not section["blessed"]:
         section["why_not_blessed"] = failures or ["the Evaluator did not bless the model"]
     return section
+
+
+def _describe_failure(failure: Any) -> str:
+    """One TFMA validation failure as a sentence naming the metric, value and threshold."""
+    name = failure.metric_key.name
+    value = failure.metric_value.double_value.value
+    threshold = failure.metric_threshold
+    if failure.metric_key.is_diff:
+        allowed = threshold.change_threshold.absolute.value
+        return (f"{name} changed by {value:+.4f} against the latest blessed model, "
+                f"more than evaluator.max_regression {-allowed:g} allows")
+    bound = threshold.value_threshold.lower_bound.value
+    return f"{name} {value:.4f} is below evaluator.min_accuracy {bound:g}"
 
 
 def _pushed_section(nodes: dict) -> dict[str, Any]:

@@ -13,6 +13,7 @@ Example:
 
 # No `from __future__ import annotations`: TFX's decorator reads the real annotation objects.
 
+import json
 import os
 
 from tfx.dsl.component.experimental.annotations import OutputArtifact, Parameter
@@ -53,6 +54,7 @@ def ImageExampleGen(  # noqa: N802 (TFX names components like classes)
     max_bad_fraction: Parameter[float] = 0.01,
     input_fingerprint: Parameter[str] = "",
     span: Parameter[int] = 0,
+    span_dirs: Parameter[str] = "[]",
 ) -> None:
     """Ingest an image-folder tree or a folder of tf.Example TFRecords into `examples`.
 
@@ -67,7 +69,9 @@ def ImageExampleGen(  # noqa: N802 (TFX names components like classes)
         max_bad_fraction: fail when a larger fraction of the files is quarantined.
         input_fingerprint: identifies the input files' state; stored, and part of the
             execution's parameters so TFX's cache re-runs ingest when the data changes.
-        span: stored as the `span` property (0 when spans are not used).
+        span: stored as the `span` property (0 when spans are not used): the latest span.
+        span_dirs: JSON list of span folders below `data_root` to ingest together (a
+            rolling window); `[]` ingests `data_root` itself.
     """
     ratios = parse_split_ratios(splits)
     ingest(
@@ -80,9 +84,11 @@ def ImageExampleGen(  # noqa: N802 (TFX names components like classes)
         channels=channels,
         max_bad_fraction=max_bad_fraction,
         failure_report_path=_failure_report_path(quarantine.uri),
+        span_dirs=json.loads(span_dirs),
     )
     examples.split_names = artifact_utils.encode_split_names(list(ratios))
     examples.span = span
     examples.set_string_custom_property("payload_format", PAYLOAD_FORMAT)
     examples.set_int_custom_property("span", span)
     examples.set_string_custom_property("input_fingerprint", input_fingerprint)
+    examples.set_string_custom_property("span_dirs", span_dirs)

@@ -5,11 +5,16 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from components.ingest.errors import DataError
-from components.ingest.listing import is_tfrecord_dir, list_tfrecord_files, scan_image_folder
+from components.ingest.listing import (
+    is_tfrecord_dir,
+    list_tfrecord_files,
+    scan_image_folder,
+    scan_span_folders,
+)
 from components.ingest.reader import (
     ImagePolicy,
     decode_images,
@@ -39,7 +44,9 @@ class IngestResult:
     report_path: str
 
 
-def _open_source(data_root: str) -> FolderSource | TFRecordSource:
+def _open_source(data_root: str, span_dirs: Sequence[str] = ()) -> FolderSource | TFRecordSource:
+    if span_dirs:
+        return FolderSource(scan_span_folders(data_root, span_dirs))
     if is_tfrecord_dir(data_root):
         return TFRecordSource(list_tfrecord_files(data_root))
     return FolderSource(scan_image_folder(data_root))
@@ -78,6 +85,7 @@ def ingest(
     channels: str = "auto",
     max_bad_fraction: float = 0.01,
     failure_report_path: str | None = None,
+    span_dirs: Sequence[str] = (),
 ) -> IngestResult:
     """Ingest `data_root` (class folders or TFRecords) into `examples_dir` (the Examples URI).
 
@@ -98,7 +106,7 @@ def ingest(
     # Build the policy now so a bad option fails before any slow work; channels come later.
     resolve_channels(channels, [])
     policy = ImagePolicy(3, image_size, resize_method)
-    source = _open_source(data_root)
+    source = _open_source(data_root, span_dirs)
     logger.info("Ingest started: %d files from %s", len(source), source.description)
 
     if channels == "auto":

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -134,6 +135,26 @@ def scan_image_folder(root: str | os.PathLike) -> ImageListing:
     return ImageListing(
         root=str(path), files=files, labels=labels, label_names=[d.name for d in class_dirs]
     )
+
+
+def scan_span_folders(root: str | os.PathLike, span_dirs: Sequence[str]) -> ImageListing:
+    """List the images of several span folders under `root` as one data set.
+
+    Each span folder has one sub-folder per class; the classes are the union over the spans
+    (sorted), and file paths stay relative to `root` (`span-3/7/img.png`), so the split of
+    an image never changes when the window of spans moves.
+    """
+    if not span_dirs:
+        return scan_image_folder(root)
+    path = _check_directory(root)
+    per_span = [scan_image_folder(path / span_dir) for span_dir in span_dirs]
+    label_names = sorted({name for listing in per_span for name in listing.label_names})
+    files: list[str] = []
+    labels: list[int] = []
+    for span_dir, listing in zip(span_dirs, per_span, strict=True):
+        files.extend(f"{span_dir}/{relative}" for relative in listing.files)
+        labels.extend(label_names.index(listing.label_names[label]) for label in listing.labels)
+    return ImageListing(root=str(path), files=files, labels=labels, label_names=label_names)
 
 
 def compute_input_fingerprint(root: str | os.PathLike) -> str:

@@ -129,3 +129,95 @@ def test_tflite_fp32_matches_saved_model_top1(digits_run):
         runner(images=normalized[i:i + 1])["probabilities"].argmax() for i in range(len(images))
     ])
     assert (lite == reference).mean() >= 0.99
+
+
+def test_both_signatures_answer_a_rest_instances_body_with_the_same_classes(digits_run):
+    import tensorflow as tf
+
+    summary = digits_run[1].summary
+    model = tf.saved_model.load(summary["pushed"]["path"])
+    images, _ = _eval_images(summary)
+    # What a client POSTs to TF Serving's REST :predict, decoded as the server would.
+    body = json.loads(json.dumps({"instances": images[:16].tolist()}))
+    from_json = model.signatures["predict_images"](
+        images=tf.constant(np.array(body["instances"], dtype=np.uint8)))
+    examples = []
+    for image in images[:16]:
+        png = tf.io.encode_png(image).numpy()
+        examples.append(tf.train.Example(features=tf.train.Features(feature={
+            "image": tf.train.Feature(bytes_list=tf.train.BytesList(value=[png]))
+        })).SerializeToString())
+    from_examples = model.signatures["serving_default"](examples=tf.constant(examples))
+    assert from_json["class_id"].numpy().tolist() == from_examples["class_id"].numpy().tolist()
+    assert from_json["class_name"].numpy().tolist() == from_examples["class_name"].numpy().tolist()
+
+
+def test_pushed_model_carries_warmup_requests_that_run(digits_run):
+    import tensorflow as tf
+    from tensorflow_serving.apis import prediction_log_pb2
+
+    path = Path(digits_run[1].summary["pushed"]["path"])
+    warmup = path / "assets.extra" / "tf_serving_warmup_requests"
+    model = tf.saved_model.load(str(path))
+    records = [prediction_log_pb2.PredictionLog.FromString(record.numpy())
+               for record in tf.data.TFRecordDataset(str(warmup))]
+    assert len(records) == 2
+    for record in records:
+        request = record.predict_log.request
+        inputs = {k: tf.constant(tf.make_ndarray(v)) for k, v in request.inputs.items()}
+        outputs = model.signatures[request.model_spec.signature_name](**inputs)
+        assert outputs["class_id"].shape == (1,)
+
+
+def test_tflite_edge_variants_are_smaller_and_faithful(digits_run):
+    tflite = digits_run[1].summary["tflite"]
+    fp32 = tflite["fp32"]["bytes"]
+    assert tflite["fp16"]["bytes"] <= 0.52 * fp32 and tflite["fp16"]["agreement"] >= 0.995
+    for variant in ("dynamic_int8", "int8"):
+        assert tflite[variant]["bytes"] <= 0.30 * fp32, variant
+        assert tflite[variant]["accuracy_delta"] >= -0.01, variant
+    for variant, report in tflite.items():
+        assert report["published"] is True, variant
+        assert report["latency_ms"] > 0 and Path(report["path"]).exists()
+
+
+@pytest.fixture(scope="session")
+def unblessed_runs(mptfx, digits_run, user_data):
+    """Two more runs in the same workspace: an impossible accuracy floor, then a worse model
+    (1 epoch) judged against the blessed one. TFX's cache reuses the unchanged components."""
+    workspace = digits_run[0]
+    strict = mptfx("run", "--workspace", str(workspace), "--data", str(user_data), "--json",
+                   "--set", "evaluator.min_accuracy=0.999")
+    worse = mptfx("run", "--workspace", str(workspace), "--data", str(user_data), "--json",
+                  "--set", "trainer.epochs=1", "--set", "evaluator.min_accuracy=0.2")
+    return strict, worse
+
+
+def test_accuracy_floor_not_met_reports_why_and_pushes_nothing(digits_run, unblessed_runs):
+    strict = unblessed_runs[0]
+    assert strict.returncode == 0, strict.stderr[-2000:]
+    summary = strict.summary
+    assert summary["status"] == "completed"
+    assert summary["components"]["Trainer"]["status"] == "cached"
+    assert summary["eval"]["blessed"] is False
+    (reason,) = summary["eval"]["why_not_blessed"]
+    assert "sparse_categorical_accuracy" in reason and "min_accuracy 0.999" in reason
+    assert f"{summary['eval']['accuracy']:.4f}" in reason
+    assert summary["pushed"] == {"pushed": False}
+    assert "NOT blessed" in strict.stderr
+    served = Path(digits_run[1].summary["pushed"]["path"]).parent
+    assert sorted(p.name for p in served.iterdir()) == ["1"]
+    assert "not pushed" in summary["tflite"]["skipped"]
+
+
+def test_worse_model_is_not_blessed_against_the_blessed_one(digits_run, unblessed_runs):
+    worse = unblessed_runs[1]
+    assert worse.returncode == 0, worse.stderr[-2000:]
+    summary = worse.summary
+    assert summary["components"]["Trainer"]["status"] == "completed"
+    evaluation = summary["eval"]
+    assert evaluation["blessed"] is False
+    assert evaluation["baseline_accuracy"] == digits_run[1].summary["eval"]["accuracy"]
+    assert any("against the latest blessed model" in why for why in evaluation["why_not_blessed"])
+    served = Path(digits_run[1].summary["pushed"]["path"]).parent
+    assert sorted(p.name for p in served.iterdir()) == ["1"]

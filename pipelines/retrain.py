@@ -1,0 +1,116 @@
+"""`mptfx retrain`: the scheduled entry point. New data in, better model out, nothing broken.
+
+- Asks ML Metadata which spans (or, without spans, which input fingerprints) the Trainer
+  already trained on; with nothing new it says "no new data since span N" and exits 0
+  before any TFX component starts.
+- Holds a lock (pipelines/locking.py) so two schedules never overlap; a second `retrain`
+  exits 0 with "already running (since …, pid …)"; a lock left by a killed run is taken over.
+- Validates every new drop against the schema of the first trained drop, frozen in
+  `<workspace>/schema/<pipeline>.pbtxt` (edit it to accept a deliberate change), so a
+  drop with new classes or broken features stops at ExampleValidator.
+- With `trainer.warm_start: true` the Trainer starts from the champion's weights.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+from pipelines.errors import EXIT_OK
+
+SCHEMA_FILE = "schema.pbtxt"
+
+
+def frozen_schema_path(workspace: Any, pipeline_name: str) -> Path:
+    """Where retraining keeps the schema every new span is validated against."""
+    return Path(workspace.root) / "schema" / f"{pipeline_name}.pbtxt"
+
+
+def trained_inputs(metadata_path: str, pipeline_name: str) -> list[dict[str, Any]]:
+    """Span and input fingerprint of the Examples each successful Trainer execution used."""
+    from ml_metadata.metadata_store import metadata_store
+    from ml_metadata.proto import metadata_store_pb2
+
+    if not Path(metadata_path).exists():
+        return []
+    config = metadata_store_pb2.ConnectionConfig()
+    config.sqlite.filename_uri = metadata_path
+    config.sqlite.connection_mode = metadata_store_pb2.SqliteMetadataSourceConfig.READONLY
+    store = metadata_store.MetadataStore(config)
+    context = store.get_context_by_type_and_name("node", f"{pipeline_name}.Trainer")
+    if context is None:
+        return []
+    done = (metadata_store_pb2.Execution.COMPLETE, metadata_store_pb2.Execution.CACHED)
+    executions = [e for e in store.get_executions_by_context(context.id)
+                  if e.last_known_state in done]
+    events = store.get_events_by_execution_ids([e.id for e in executions])
+    example_ids = [e.artifact_id for e in events
+                   if e.type == metadata_store_pb2.Event.INPUT
+                   and e.path.steps and e.path.steps[0].key == "examples"]
+    found = []
+    for artifact in store.get_artifacts_by_id(example_ids):
+        properties = artifact.custom_properties
+        found.append({
+            "span": properties["span"].int_value if "span" in properties else 0,
+            "input_fingerprint": properties["input_fingerprint"].string_value
+            if "input_fingerprint" in properties else "",
+        })
+    return found
+
+
+def plan_retrain(config: Any, workspace: Any, data: Any) -> Any:
+    """Skip when nothing new arrived; otherwise validate against the frozen schema."""
+    from components.ingest.listing import compute_input_fingerprint
+    from pipelines.cli import RunPlan
+
+    trained = trained_inputs(str(workspace.metadata_path), config.pipeline.name)
+    if data.spans and trained:
+        newest_trained = max(item["span"] for item in trained)
+        if data.span <= newest_trained:
+            return RunPlan(skip_reason=f"no new data since span {newest_trained}")
+    elif trained:
+        fingerprint = compute_input_fingerprint(data.root)
+        if any(item["input_fingerprint"] == fingerprint for item in trained):
+            return RunPlan(skip_reason=f"no new data in {data.root} since the last training")
+
+    frozen = frozen_schema_path(workspace, config.pipeline.name)
+    schema_file = config.data.schema_file or (str(frozen) if frozen.exists() else "")
+
+    def freeze_first_schema(summary: dict[str, Any]) -> None:
+        schema_uri = summary.get("data", {}).get("schema_uri")
+        if schema_file or not schema_uri or not summary.get("eval", {}).get("blessed"):
+            return
+        frozen.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(Path(schema_uri) / SCHEMA_FILE, frozen)
+        summary["schema_frozen"] = str(frozen)
+
+    return RunPlan(schema_file=schema_file, after_run=freeze_first_schema)
+
+
+def _command_retrain(args: argparse.Namespace) -> int:
+    from pipelines.cli import _command_run
+    from pipelines.locking import RunLock
+
+    workspace_root = Path(args.workspace).resolve()
+    with RunLock(workspace_root / "retrain.lock") as lock:
+        if not lock.acquired:
+            print(f"mptfx retrain: already running ({lock.describe_holder()}); nothing to do",
+                  file=sys.stderr if args.json else sys.stdout)
+            return EXIT_OK
+        if lock.took_over:
+            print(f"mptfx retrain: took over the lock of a run that did not finish "
+                  f"({lock.describe_holder()})", file=sys.stderr)
+        return _command_run(args, planner=plan_retrain)
+
+
+def register(commands: Any) -> None:
+    """Add `mptfx retrain` to the CLI."""
+    from pipelines.cli import add_run_arguments
+
+    retrain = commands.add_parser(
+        "retrain", help="retrain when new data arrived (for cron / a Kubernetes CronJob)")
+    add_run_arguments(retrain)
+    retrain.set_defaults(handler=_command_retrain)
