@@ -3,8 +3,11 @@ SHELL := /bin/bash
 VENV  ?= .venv
 PY    := $(VENV)/bin/python
 STAMP := $(VENV)/.mptfx-installed
+# Checkers of k8s/ and the Dockerfile (checkov, kubernetes-validate, hadolint, kustomize via kubectl)
+TOOLS_VENV  ?= .venv-tools
+TOOLS_STAMP := $(TOOLS_VENV)/.mptfx-tools-installed
 
-.PHONY: setup run test test-unit test-e2e lint bench clean
+.PHONY: setup tools services run test test-unit test-e2e lint bench clean
 
 setup: $(STAMP)
 
@@ -13,20 +16,36 @@ $(STAMP): requirements.lock pyproject.toml scripts/bootstrap.sh
 	@bash scripts/bootstrap.sh $(VENV)
 	@touch $(STAMP)
 
+tools: $(TOOLS_STAMP)
+
+# A venv of its own: checkov's pins must not move the pipeline's locked libraries.
+$(TOOLS_STAMP): requirements-tools.lock $(STAMP)
+	@[ -x $(TOOLS_VENV)/bin/python ] || $(PY) -m venv $(TOOLS_VENV)
+	@echo "setup: installing requirements-tools.lock into $(TOOLS_VENV)"
+	@$(VENV)/bin/uv pip sync --quiet --python $(TOOLS_VENV)/bin/python requirements-tools.lock
+	@touch $(TOOLS_STAMP)
+
+# PostgreSQL for the Kubernetes replay test (installed with apt-get when missing; needs root).
+services:
+	@bash scripts/start_services.sh
+
 run: setup
 	$(VENV)/bin/mptfx run $(ARGS)
 
-test: setup
+test: setup tools services
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
 
-test-unit: setup
+test-unit: setup tools
 	$(VENV)/bin/pytest tests/unit $(PYTEST_ARGS)
 
-test-e2e: setup
+test-e2e: setup services
 	$(VENV)/bin/pytest tests/e2e $(PYTEST_ARGS)
 
 lint: setup
 	$(VENV)/bin/ruff check .
 
+bench: setup
+	$(VENV)/bin/mptfx bench --quick $(ARGS)
+
 clean:
-	rm -rf workspace .pytest_cache
+	rm -rf workspace .pytest_cache k8s-out

@@ -1,9 +1,24 @@
 """Model zoo: `build_model(name, input_shape, num_classes, **params)`.
 
-Importing this package registers every model module listed below.
+Importing this package registers every model module listed below: `seed_cnn`, `resnet50`
+(classification) and `unet3d` (segmentation).
 """
 
-from models import seed_cnn  # noqa: F401  (registers "seed_cnn")
-from models.registry import available_models, build_model, register_model
+from models import resnet50, seed_cnn, unet3d  # noqa: F401  (each registers its model)
+from models.registry import (
+    CLASSIFICATION,
+    SEGMENTATION,
+    available_models,
+    build_model,
+    model_task,
+    register_model,
+)
 
-__all__ = ["available_models", "build_model", "register_model"]
+__all__ = [
+    "CLASSIFICATION",
+    "SEGMENTATION",
+    "available_models",
+    "build_model",
+    "model_task",
+    "register_model",
+]

@@ -1,15 +1,22 @@
 """A name -> builder registry, so configs pick a model by name.
 
+Each model is registered with its task: "classification" (images [H, W, C] -> class
+probabilities [K]) or "segmentation" (volumes [D, H, W, C] -> per-voxel foreground
+probability [D, H, W, 1]). The Trainer chooses its data, loss, metrics and serving
+signatures from the task.
+
 Example:
 
     @register_model("tiny")
     def build_tiny(input_shape, num_classes, *, units=8): ...
 
     model = build_model("tiny", (16, 16, 1), 10, units=4)
+    model_task("tiny")  # "classification"
 """
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from collections.abc import Callable, Sequence
 
@@ -17,53 +24,109 @@ import keras
 
 ModelBuilder = Callable[..., keras.Model]
 
-_BUILDERS: dict[str, ModelBuilder] = {}
+CLASSIFICATION = "classification"
+SEGMENTATION = "segmentation"
+TASKS = (CLASSIFICATION, SEGMENTATION)
+# Dimensions of one input example, without the channels: images (H, W), volumes (D, H, W).
+_SPATIAL_DIMS = {CLASSIFICATION: 2, SEGMENTATION: 3}
 
 
-def register_model(name: str) -> Callable[[ModelBuilder], ModelBuilder]:
+@dataclasses.dataclass(frozen=True)
+class RegisteredModel:
+    """A builder and the task its models solve."""
+
+    builder: ModelBuilder
+    task: str
+
+    @property
+    def input_rank(self) -> int:
+        """Dimensions of one input example including channels: 3 for images, 4 for volumes."""
+        return _SPATIAL_DIMS[self.task] + 1
+
+
+_MODELS: dict[str, RegisteredModel] = {}
+
+
+def register_model(
+    name: str, task: str = CLASSIFICATION
+) -> Callable[[ModelBuilder], ModelBuilder]:
     """Returns a decorator that registers a model builder under `name`.
 
     A builder is called as `builder(input_shape, num_classes, **params)` and returns an
-    uncompiled `keras.Model` whose output is float32 class probabilities.
+    uncompiled `keras.Model` whose output is float32: class probabilities for
+    classification, a per-voxel foreground probability for segmentation.
+
+    Raises:
+        ValueError: for an unknown task, or a name already taken by another builder.
     """
+    if task not in TASKS:
+        raise ValueError(f"Unknown task. Received: task={task!r}; expected one of {list(TASKS)}")
 
     def decorator(builder: ModelBuilder) -> ModelBuilder:
-        if name in _BUILDERS and _BUILDERS[name] is not builder:
+        known = _MODELS.get(name)
+        if known is not None and known.builder is not builder:
             raise ValueError(
                 f"A model is already registered under this name. Received: name={name!r}"
             )
-        _BUILDERS[name] = builder
+        _MODELS[name] = RegisteredModel(builder, task)
         return builder
 
     return decorator
 
 
+def unregister_model(name: str) -> None:
+    """Removes `name` from the registry (for tests that register throwaway models)."""
+    _MODELS.pop(name, None)
+
+
 def available_models() -> list[str]:
     """Returns the registered model names, sorted."""
-    return sorted(_BUILDERS)
+    return sorted(_MODELS)
+
+
+def model_task(name: str) -> str:
+    """Returns the task ("classification" or "segmentation") of the registered model `name`.
+
+    Raises:
+        ValueError: for an unknown name.
+    """
+    return _registered(name).task
 
 
 def build_model(
     name: str, input_shape: Sequence[int], num_classes: int, **params: object
 ) -> keras.Model:
-    """Builds the registered model `name` for images of `input_shape` (H, W, C).
+    """Builds the registered model `name` for examples of `input_shape`.
+
+    Args:
+        name: a registered model name.
+        input_shape: (H, W, C) for classification models, (D, H, W, C) for segmentation.
+        num_classes: classes to predict (2 for binary segmentation masks).
+        **params: the builder's keyword-only parameters (`model.params` in the config).
 
     Raises:
         ValueError: for an unknown name, a parameter the builder does not accept, or a
             bad shape / class count.
     """
-    if name not in _BUILDERS:
-        raise ValueError(f"Unknown model. Received: name={name!r}; available: {available_models()}")
+    registered = _registered(name)
     input_shape = tuple(int(d) for d in input_shape)
-    if len(input_shape) != 3 or min(input_shape) < 1:
+    if len(input_shape) != registered.input_rank or min(input_shape) < 1:
+        expected = "(height, width, channels)"
+        if registered.task == SEGMENTATION:
+            expected = "(depth, height, width, channels)"
         raise ValueError(
-            f"input_shape must be (height, width, channels). Received: input_shape={input_shape}"
+            f"input_shape of {name!r} must be {expected}. Received: input_shape={input_shape}"
         )
     if int(num_classes) < 2:
         raise ValueError(f"num_classes must be at least 2. Received: num_classes={num_classes}")
-    builder = _BUILDERS[name]
-    _check_params(name, builder, params)
-    return builder(input_shape, int(num_classes), **params)
+    _check_params(name, registered.builder, params)
+    return registered.builder(input_shape, int(num_classes), **params)
+
+
+def _registered(name: str) -> RegisteredModel:
+    if name not in _MODELS:
+        raise ValueError(f"Unknown model. Received: name={name!r}; available: {available_models()}")
+    return _MODELS[name]
 
 
 def _check_params(name: str, builder: ModelBuilder, params: dict[str, object]) -> None:

@@ -48,7 +48,12 @@ Planner = Callable[[Any, Any, Any], RunPlan]
 
 # Each module adds its sub-commands with `register(commands)`; imports there stay light
 # (no TensorFlow at import time) so `mptfx --help` is instant.
-COMMAND_MODULES: list[str] = ["pipelines.retrain"]
+COMMAND_MODULES: list[str] = [
+    "pipelines.retrain",
+    "pipelines.k8s_commands",
+    "components.tracking.commands",
+    "benchmarks.commands",
+]
 
 
 def _quiet_tensorflow() -> None:
@@ -103,9 +108,9 @@ def _one_line(error: BaseException) -> str:
 
 def _resolve_data(config: Any, workspace: Any, data_arg: str | None) -> Any:
     """What to ingest (a DataSelection): --data, else data.source, with its latest span(s);
-    builtin:digits is exported into the workspace first."""
+    builtin:digits and synthetic:volumes are exported into the workspace first."""
     from components.ingest.listing import DataError, is_tfrecord_dir, scan_image_folder
-    from pipelines.config import BUILTIN_DIGITS
+    from pipelines.config import BUILTIN_DIGITS, SYNTHETIC_VOLUMES
     from pipelines.datasets import export_digits
     from pipelines.spans import DataSelection, select_data
 
@@ -113,8 +118,17 @@ def _resolve_data(config: Any, workspace: Any, data_arg: str | None) -> Any:
     if source == BUILTIN_DIGITS:
         exported = export_digits(workspace.builtin_data_dir, config.data.builtin_per_class)
         return DataSelection(root=str(exported))
+    if source == SYNTHETIC_VOLUMES:
+        from pipelines.volumes import export_volumes
+
+        # Cubes of the model's slice size: depth = height.
+        height, width = config.model.input_size
+        exported = export_volumes(workspace.builtin_data_dir.parent / "volumes",
+                                  config.data.builtin_per_class, (height, height, width))
+        return DataSelection(root=str(exported))
     if source.startswith("builtin:") or source.startswith("synthetic:"):
-        raise UsageError(f"unknown data.source {source!r}; use {BUILTIN_DIGITS} or a folder")
+        raise UsageError(f"unknown data.source {source!r}; use {BUILTIN_DIGITS}, "
+                         f"{SYNTHETIC_VOLUMES} or a folder")
     try:
         selection = select_data(os.path.abspath(source), config.data.spans.window)
         for folder in selection.folders:
@@ -149,7 +163,8 @@ def _print_summary(summary: dict[str, Any], out: TextIO) -> None:
     if evaluation:
         verdict = "BLESSED" if evaluation.get("blessed") else "NOT blessed: " + "; ".join(
             evaluation.get("why_not_blessed", []))
-        facts.append(("eval", f"accuracy {evaluation.get('accuracy')}  {verdict}"))
+        metric = "dice" if "dice" in evaluation else "accuracy"
+        facts.append(("eval", f"{metric} {evaluation.get(metric)}  {verdict}"))
     if pushed:
         facts.append(("pushed", f"version {pushed['version']} -> {pushed['path']}"
                       if pushed.get("pushed") else "nothing pushed"))
@@ -231,6 +246,9 @@ def _run_pipeline(
         (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
         return summary, None
 
+    from components import tracking
+
+    tracking_store = tracking.resolve_store(config, workspace.root, out)  # exit 2 if required
     from pipelines.local_runner import RunProgress, run_locally
     from pipelines.pipeline import create_pipeline
     from pipelines.summary import build_summary, collect_outputs
@@ -267,6 +285,7 @@ def _run_pipeline(
     if plan.after_run is not None and error is None:
         plan.after_run(summary)
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+    tracking.log_run(tracking_store, summary, out)  # adds summary["mlflow"], rewrites the file
     return summary, error
 
 

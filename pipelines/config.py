@@ -26,6 +26,8 @@ from pydantic import (
 
 DEFAULT_CONFIG_PATH = Path("configs/local.yaml")
 BUILTIN_DIGITS = "builtin:digits"
+# Small 3D volumes (a cube or a sphere in noise) with voxel masks, for segmentation models.
+SYNTHETIC_VOLUMES = "synthetic:volumes"
 
 
 class ConfigError(ValueError):
@@ -48,13 +50,14 @@ class SpansSection(_Section):
 
 class DataSection(_Section):
     # A folder with one sub-folder per class, a folder of TFRecord files, builtin:digits,
-    # or a folder of span-<N> drops (or a pattern such as /data/drop-{SPAN}).
+    # synthetic:volumes, or a folder of span-<N> drops (or a pattern such as /data/drop-{SPAN}).
     source: str = BUILTIN_DIGITS
     spans: SpansSection = Field(default_factory=SpansSection)
     # "" = infer with SchemaGen each run; a schema.pbtxt path = validate against it
     # (mptfx retrain freezes the first trained span's schema in <workspace>/schema/).
     schema_file: str = ""
-    # builtin:digits only: export at most this many images per class (0 = all 1,797).
+    # builtin:digits: export at most this many images per class (0 = all 1,797);
+    # synthetic:volumes: this many volumes per class (0 = 100 cubes and 100 spheres).
     builtin_per_class: int = Field(0, ge=0)
     splits: dict[str, float] = Field(default_factory=lambda: {"train": 0.8, "eval": 0.2})
     # null keeps each image's own size (the Trainer resizes); [H, W] resizes at ingest.
@@ -102,6 +105,14 @@ class ModelSection(_Section):
         return name
 
 
+class LossScaleSection(_Section):
+    # Under mixed_float16 only. Dynamic: halve and skip the step on inf/NaN gradients,
+    # double after `growth_steps` finite steps. Fixed (dynamic: false): always `initial`.
+    dynamic: bool = True
+    initial: float = Field(32768.0, gt=0)
+    growth_steps: int = Field(2000, ge=1)
+
+
 class TrainerSection(_Section):
     epochs: int = Field(15, ge=1)
     batch_size: int = Field(32, ge=1)
@@ -112,11 +123,23 @@ class TrainerSection(_Section):
     xla: Literal["auto", "on", "off"] = "auto"
     scale_learning_rate: bool = False
     seed: int = 42
+    loss_scale: LossScaleSection = Field(default_factory=LossScaleSection)
+    # N > 1: apply the mean gradient of N batches once every N batches (an N x larger batch).
+    grad_accum_steps: int = Field(1, ge=1)
+    # Stop with a diagnostic when the loss is NaN/inf for this many consecutive steps.
+    divergence_patience: int = Field(5, ge=1)
+    # Start from the base model's Keras weights (the Trainer's base_model input), if any.
+    warm_start: bool = False
+    # BackupAndRestore checkpoints; "" = <pipeline root>/Trainer/backup.
+    backup_dir: str = ""
 
 
 class EvaluatorSection(_Section):
     min_accuracy: float = Field(0.9, ge=0.0, le=1.0)
-    # How much accuracy may drop against the latest blessed model (absolute, e.g. 0.01 = 1 point).
+    # Segmentation models (unet3d) are gated on Dice over all eval voxels instead.
+    min_dice: float = Field(0.8, ge=0.0, le=1.0)
+    # How much accuracy (or Dice) may drop against the latest blessed model (absolute, e.g.
+    # 0.01 = 1 point).
     max_regression: float = Field(0.01, ge=0.0, le=1.0)
 
 

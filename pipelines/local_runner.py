@@ -14,13 +14,16 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from tfx import v1 as tfx
 from tfx.dsl.compiler import compiler, constants
 from tfx.orchestration import metadata
 from tfx.orchestration.local import runner_utils
 from tfx.orchestration.portable import launcher, runtime_parameter_utils
 from tfx.proto.orchestration import pipeline_pb2
+
+if TYPE_CHECKING:  # the public tfx.v1 API costs seconds to import in every node process
+    from tfx import v1 as tfx
 
 
 @dataclass

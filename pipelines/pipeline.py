@@ -2,6 +2,8 @@
 
 Components in data-flow order: Ingest → StatisticsGen → SchemaGen → ExampleValidator →
 DataValidationGate → Trainer → (latest blessed model) → Evaluator → Pusher → TF Lite.
+A segmentation model (unet3d) is gated on Dice instead of accuracy and has no TF Lite step
+(its parity gate compares class predictions, which a voxel mask does not have).
 """
 
 from __future__ import annotations
@@ -16,18 +18,34 @@ from components.ingest.listing import compute_input_fingerprint
 from components.pusher.component import AtomicPusher
 from components.tflite.component import TFLiteExport
 from components.validation.gate import DataValidationGate
+from models import SEGMENTATION, model_task
 from pipelines.config import Config
 from pipelines.spans import DataSelection
 from pipelines.workspace import Workspace
 
 TRAINER_RUN_FN = "components.trainer.module.run_fn"
+# Beam's DirectRunner (2.74) first tries PrismRunner, which downloads a binary from the
+# internet at run time. Pipelines that allow unsafe triggers are never sent to Prism (our
+# batch pipelines use no triggers at all), so the in-process FnApiRunner runs them offline.
+LOCAL_BEAM_ARGS = [
+    "--direct_running_mode=in_memory",
+    "--direct_num_workers=1",
+    "--allow_unsafe_triggers",
+]
 LABEL_KEY = "label"
 PREDICTION_KEY = "probabilities"
+MASK_KEY = "mask"
+DICE_METRIC = "dice"
 
 
 def build_eval_config(config: Config) -> tfma.EvalConfig:
     """TFMA: accuracy with an absolute floor and a regression bound against the baseline,
-    per-class accuracy (= recall, by slicing on the label) and a confusion matrix."""
+    per-class accuracy (= recall, by slicing on the label) and a confusion matrix.
+
+    For a segmentation model: Dice instead (see `build_segmentation_eval_config`).
+    """
+    if model_task(config.model.name) == SEGMENTATION:
+        return build_segmentation_eval_config(config)
     accuracy_threshold = tfma.MetricThreshold(
         value_threshold=tfma.GenericValueThreshold(
             lower_bound={"value": config.evaluator.min_accuracy}
@@ -55,6 +73,47 @@ def build_eval_config(config: Config) -> tfma.EvalConfig:
                         threshold=accuracy_threshold,
                     ),
                     tfma.MetricConfig(class_name="MultiClassConfusionMatrixPlot"),
+                ]
+            )
+        ],
+    )
+
+
+def build_segmentation_eval_config(config: Config) -> tfma.EvalConfig:
+    """TFMA for voxel masks: Dice over every eval voxel, with the `evaluator.min_dice` floor
+    and the `evaluator.max_regression` bound against the baseline, overall and per object
+    kind (slicing on `label`).
+
+    Dice is TFMA's F1 score at threshold 0.5 on the flattened mask (the `mask` feature)
+    and the served foreground `probabilities`: 2TP / (2TP + FP + FN) = 2|P∩T| / (|P|+|T|).
+    """
+    dice_threshold = tfma.MetricThreshold(
+        value_threshold=tfma.GenericValueThreshold(
+            lower_bound={"value": config.evaluator.min_dice}
+        ),
+        change_threshold=tfma.GenericChangeThreshold(
+            direction=tfma.MetricDirection.HIGHER_IS_BETTER,
+            absolute={"value": -config.evaluator.max_regression},
+        ),
+    )
+    return tfma.EvalConfig(
+        model_specs=[
+            tfma.ModelSpec(
+                signature_name="serving_default",
+                label_key=MASK_KEY,
+                prediction_key=PREDICTION_KEY,
+            )
+        ],
+        slicing_specs=[tfma.SlicingSpec(), tfma.SlicingSpec(feature_keys=[LABEL_KEY])],
+        metrics_specs=[
+            tfma.MetricsSpec(
+                metrics=[
+                    tfma.MetricConfig(class_name="ExampleCount"),
+                    tfma.MetricConfig(
+                        class_name="F1Score",
+                        config=f'"name": "{DICE_METRIC}", "thresholds": 0.5',
+                        threshold=dice_threshold,
+                    ),
                 ]
             )
         ],
@@ -96,19 +155,21 @@ def create_pipeline(
     )
     data_gate = DataValidationGate(anomalies=example_validator.outputs["anomalies"])
 
-    trainer = tfx.components.Trainer(
-        run_fn=TRAINER_RUN_FN,
-        examples=ingest.outputs["examples"],
-        schema=schema_gen.outputs["schema"],
-        custom_config=config.trainer_custom_config(),
-    )
-    trainer.add_upstream_node(data_gate)
-
     model_resolver = tfx.dsl.Resolver(
         strategy_class=tfx.dsl.experimental.LatestBlessedModelStrategy,
         model=tfx.dsl.Channel(type=tfx.types.standard_artifacts.Model),
         model_blessing=tfx.dsl.Channel(type=tfx.types.standard_artifacts.ModelBlessing),
     ).with_id("LatestBlessedModel")
+
+    trainer = tfx.components.Trainer(
+        run_fn=TRAINER_RUN_FN,
+        examples=ingest.outputs["examples"],
+        schema=schema_gen.outputs["schema"],
+        # The champion (latest blessed model) to start from, with trainer.warm_start.
+        base_model=model_resolver.outputs["model"] if config.trainer.warm_start else None,
+        custom_config=config.trainer_custom_config(),
+    )
+    trainer.add_upstream_node(data_gate)
 
     evaluator = tfx.components.Evaluator(
         examples=ingest.outputs["examples"],
@@ -136,24 +197,27 @@ def create_pipeline(
         parity_limit=config.tflite.parity_limit,
     ).with_id("TFLite")
 
+    components = [
+        ingest,
+        statistics_gen,
+        schema_gen,
+        example_validator,
+        data_gate,
+        trainer,
+        model_resolver,
+        evaluator,
+        pusher,
+        tflite,
+    ]
+    if model_task(config.model.name) == SEGMENTATION:
+        components.remove(tflite)
     return tfx.dsl.Pipeline(
         pipeline_name=config.pipeline.name,
         pipeline_root=str(workspace.pipeline_root(config.pipeline.name)),
-        components=[
-            ingest,
-            statistics_gen,
-            schema_gen,
-            example_validator,
-            data_gate,
-            trainer,
-            model_resolver,
-            evaluator,
-            pusher,
-            tflite,
-        ],
+        components=components,
         enable_cache=config.pipeline.enable_cache,
         metadata_connection_config=tfx.orchestration.metadata.sqlite_metadata_connection_config(
             str(workspace.metadata_path)
         ),
-        beam_pipeline_args=["--direct_running_mode=in_memory", "--direct_num_workers=1"],
+        beam_pipeline_args=LOCAL_BEAM_ARGS,
     )

@@ -24,6 +24,10 @@ _STATE_NAMES = {
 }
 
 
+# TFMA metric name → summary key: classifiers gate on accuracy, segmentation on Dice.
+_GATED_METRICS = {"sparse_categorical_accuracy": "accuracy", "dice": "dice"}
+
+
 def _custom(artifact: metadata_store_pb2.Artifact, key: str) -> Any:
     if key not in artifact.custom_properties:
         return None
@@ -128,15 +132,18 @@ def _eval_section(nodes: dict) -> dict[str, Any]:
         slice_key = slice_metrics.slice_key
         for entry in slice_metrics.metric_keys_and_values:
             key = entry.key
-            if key.name != "sparse_categorical_accuracy" or key.is_diff:
+            metric = _GATED_METRICS.get(key.name)
+            if metric is None or key.is_diff:
                 continue
             if key.model_name == "baseline":
                 if not slice_metrics.slice_key.single_slice_keys:
-                    section["baseline_accuracy"] = round(entry.value.double_value.value, 4)
+                    section[f"baseline_{metric}"] = round(entry.value.double_value.value, 4)
                 continue
             value = entry.value.double_value.value
             if not slice_key.single_slice_keys:
-                section["accuracy"] = round(value, 4)
+                section[metric] = round(value, 4)
+            elif metric == "dice":
+                continue
             else:
                 label = slice_key.single_slice_keys[0].int64_value
                 per_class[str(label)] = round(value, 4)
@@ -163,7 +170,8 @@ def _describe_failure(failure: Any) -> str:
         return (f"{name} changed by {value:+.4f} against the latest blessed model, "
                 f"more than evaluator.max_regression {-allowed:g} allows")
     bound = threshold.value_threshold.lower_bound.value
-    return f"{name} {value:.4f} is below evaluator.min_accuracy {bound:g}"
+    key = "evaluator.min_dice" if name == "dice" else "evaluator.min_accuracy"
+    return f"{name} {value:.4f} is below {key} {bound:g}"
 
 
 def _pushed_section(nodes: dict) -> dict[str, Any]:

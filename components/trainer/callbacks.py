@@ -1,12 +1,47 @@
-"""Keras callbacks the Trainer adds to `fit`."""
+"""Keras callbacks the Trainer adds to `fit`.
+
+- `ThroughputCallback`: train images/sec per epoch (`images_per_sec` in the epoch logs).
+- `TrainingStatsCallback`: the learning rate, the loss scale (`loss_scale`) and the
+  overflow steps skipped (`skipped_steps`) per epoch into the epoch logs, so TensorBoard
+  and the history get them next to loss, metrics and `gradient_norm`.
+- `DivergenceGuard`: tells a skipped overflow step (normal under loss scaling) from real
+  divergence (a non-finite loss for K consecutive steps) and stops the run with a
+  diagnostic.
+- `EpochHistory`: the per-epoch history across restarts: saved beside the
+  BackupAndRestore checkpoint, so a resumed run still reports every epoch.
+
+Put them before Keras' TensorBoard callback: they add keys to the epoch logs it writes.
+"""
 
 from __future__ import annotations
 
+import json
+import math
+import os
 import statistics
 import time
 
 import keras
+import numpy as np
+import tensorflow as tf
 from absl import logging
+
+from components.trainer.optimizer import current_loss_scale
+from components.trainer.training_model import PER_STEP_KEYS, STEP_LOSS, STEP_SKIPPED
+
+IMAGES_PER_SEC = "images_per_sec"
+LOSS_SCALE = "loss_scale"
+LEARNING_RATE = "learning_rate"
+SKIPPED_STEPS = "skipped_steps"
+HISTORY_FILE = "epoch_history.json"
+
+
+class TrainingDivergedError(RuntimeError):
+    """Training produced a non-finite loss for too many consecutive steps."""
+
+
+def _scalar(value: object) -> float:
+    return float(np.asarray(value))
 
 
 class ThroughputCallback(keras.callbacks.Callback):
@@ -14,7 +49,8 @@ class ThroughputCallback(keras.callbacks.Callback):
 
     images/sec = train examples per epoch / seconds from epoch start to its last train
     batch. `images_per_sec` is the median over epochs, leaving out the first (which pays
-    for tracing) whenever there are two or more.
+    for tracing) whenever there are two or more. Each epoch's rate also goes into the
+    epoch logs as `images_per_sec`.
 
     Example:
 
@@ -42,6 +78,8 @@ class ThroughputCallback(keras.callbacks.Callback):
         seconds = max(self._last_batch_end - self._epoch_start, 1e-9)
         rate = self.examples_per_epoch / seconds
         self.epoch_images_per_sec.append(rate)
+        if logs is not None:
+            logs[IMAGES_PER_SEC] = rate
         logging.info("epoch %d: %.1f train images/sec", epoch + 1, rate)
 
     @property
@@ -51,3 +89,157 @@ class ThroughputCallback(keras.callbacks.Callback):
         if not rates:
             return 0.0
         return statistics.median(rates[1:] if len(rates) > 1 else rates)
+
+
+class TrainingStatsCallback(keras.callbacks.Callback):
+    """Adds `learning_rate`, `loss_scale` (when the loss is scaled) and `skipped_steps` to
+    the epoch logs and drops the per-step signals (`step_loss`, `step_skipped`) from them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._skipped = 0
+
+    def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
+        self._skipped = 0
+
+    def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
+        if logs and STEP_SKIPPED in logs:
+            self._skipped += int(_scalar(logs[STEP_SKIPPED]) > 0.5)
+
+    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        if logs is None:
+            return
+        for key in PER_STEP_KEYS:
+            logs.pop(key, None)
+        optimizer = self.model.optimizer
+        logs[LEARNING_RATE] = float(keras.ops.convert_to_numpy(optimizer.learning_rate))
+        scale = current_loss_scale(optimizer)
+        if scale is not None:
+            logs[LOSS_SCALE] = scale
+        logs[SKIPPED_STEPS] = float(self._skipped)
+        if self._skipped:
+            logging.info(
+                "epoch %d: %d overflow step(s) skipped by loss scaling (normal); loss scale %s",
+                epoch + 1,
+                self._skipped,
+                scale,
+            )
+
+
+class DivergenceGuard(keras.callbacks.Callback):
+    """Stops training when the loss is NaN/inf for `patience` consecutive steps.
+
+    A step skipped by dynamic loss scaling (finite loss, overflowing float16 gradients) is
+    normal and only counted. Raises `TrainingDivergedError` naming the step, the last
+    loss scale and what to try; Keras' BackupAndRestore keeps the last good epoch.
+
+    Args:
+        patience: consecutive non-finite steps that count as divergence (K).
+        learning_rate: the configured learning rate, quoted in the advice.
+        policy_name: the dtype policy, quoted in the advice.
+    """
+
+    def __init__(self, patience: int, learning_rate: float, policy_name: str) -> None:
+        super().__init__()
+        if int(patience) < 1:
+            raise ValueError(
+                f"trainer.divergence_patience must be >= 1. Received: patience={patience}"
+            )
+        self.patience = int(patience)
+        self.learning_rate = learning_rate
+        self.policy_name = policy_name
+        self.skipped_steps = 0
+        self._bad_run = 0
+        self._first_bad: tuple[int, int, int] | None = None
+        self._epoch = 0
+        self._step = 0
+
+    def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
+        self._epoch = epoch
+
+    def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
+        self._step += 1
+        if not logs or STEP_LOSS not in logs:
+            return
+        loss = _scalar(logs[STEP_LOSS])
+        if math.isfinite(loss):
+            self._bad_run = 0
+            self._first_bad = None
+            self.skipped_steps += int(_scalar(logs.get(STEP_SKIPPED, 0.0)) > 0.5)
+            return
+        self._bad_run += 1
+        if self._first_bad is None:
+            self._first_bad = (self._step, self._epoch, batch)
+        if self._bad_run >= self.patience:
+            raise TrainingDivergedError(self._diagnostic(loss))
+
+    def _diagnostic(self, loss: float) -> str:
+        step, epoch, batch = self._first_bad or (self._step, self._epoch, 0)
+        scale = current_loss_scale(self.model.optimizer)
+        scaling = (
+            f"last loss scale {scale:g}, {self.skipped_steps} overflow step(s) skipped before"
+            if scale is not None
+            else "no loss scaling"
+        )
+        return (
+            f"Training diverged: the loss was {loss} for {self._bad_run} consecutive steps, "
+            f"from step {step} (epoch {epoch + 1}, batch {batch + 1}); precision "
+            f"{self.policy_name}, {scaling}. Try: a lower trainer.learning_rate (now "
+            f"{self.learning_rate:g}); trainer.precision=float32 to rule out float16 range "
+            "problems; a larger batch or trainer.grad_accum_steps for noisy gradients; and "
+            "check the input data for NaN/inf values"
+        )
+
+
+class EpochHistory(keras.callbacks.Callback):
+    """Per-epoch logs that survive a restart: saved to `<backup_dir>/epoch_history.json`
+    after every epoch, reloaded by the next attempt and cut to the epoch it resumes at.
+
+    Args:
+        backup_dir: the BackupAndRestore folder of this run (read before training starts,
+            since BackupAndRestore deletes it at the end).
+
+    Attributes:
+        resumed_at_epoch: the 1-based epoch this attempt started at, if it resumed.
+    """
+
+    def __init__(self, backup_dir: str) -> None:
+        super().__init__()
+        self._path = os.path.join(backup_dir, HISTORY_FILE)
+        self.epochs: list[dict[str, float | None]] = []
+        if tf.io.gfile.exists(self._path):
+            with tf.io.gfile.GFile(self._path) as f:
+                self.epochs = json.load(f)
+        self.resumed_at_epoch: int | None = None
+        self._started = False
+
+    def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
+        if self._started:
+            return
+        self._started = True
+        # BackupAndRestore has set the initial epoch by now; keep what precedes it.
+        self.epochs = self.epochs[:epoch]
+        if epoch > 0:
+            self.resumed_at_epoch = epoch + 1
+            logging.info("Trainer: resuming from the backup at epoch %d", epoch + 1)
+
+    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        self.epochs.append({k: _maybe_float(v) for k, v in (logs or {}).items()})
+        tf.io.gfile.makedirs(os.path.dirname(self._path))
+        with tf.io.gfile.GFile(self._path, "w") as f:
+            json.dump(self.epochs, f)
+
+    def history(self) -> dict[str, list[float | None]]:
+        """{metric: [value per epoch]} over every epoch, this attempt's and earlier ones'."""
+        keys: list[str] = []
+        for entry in self.epochs:
+            keys.extend(k for k in entry if k not in keys)
+        return {k: [entry.get(k) for entry in self.epochs] for k in keys}
+
+
+def _maybe_float(value: object) -> float | None:
+    try:
+        number = _scalar(value)
+    except (TypeError, ValueError):
+        return None
+    return number

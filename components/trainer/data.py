@@ -1,7 +1,11 @@
 """tf.data input from the ingest Examples: GZIP TFRecords of tf.Example with PNG images.
 
-Training and serving share `preprocess_images`, so a served image goes through exactly
-the resize/normalisation the model was trained on.
+Training and serving share `preprocess_images` (and `preprocess_volumes`), so a served
+image goes through exactly the resize/normalisation the model was trained on.
+
+Volumes (segmentation, e.g. `synthetic:volumes`) are stored the same way: the `image` PNG
+holds the D slices stacked vertically ([D*H, W, C]), the int64 `depth` feature is D, and
+the int64 list `mask` holds the D*H*W voxel labels (0 background, 1 foreground).
 
 Example:
 
@@ -13,13 +17,17 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import tensorflow as tf
 
 IMAGE_KEY = "image"
 LABEL_KEY = "label"
 CHANNELS_KEY = "channels"
+HEIGHT_KEY = "height"
+WIDTH_KEY = "width"
+DEPTH_KEY = "depth"
+MASK_KEY = "mask"
 LABELS_FILE = "labels.json"
 TRAIN_SPLIT_DIR = "Split-train"
 COMPRESSION = "GZIP"
@@ -78,13 +86,35 @@ def read_label_names(train_files: Sequence[str]) -> list[str]:
 
 def read_channels(file_patterns: Sequence[str]) -> int:
     """Returns the `channels` feature of the first example in `file_patterns`."""
+    return _first_example_int(file_patterns, CHANNELS_KEY)
+
+
+def read_volume_shape(file_patterns: Sequence[str]) -> tuple[int, int, int]:
+    """Returns (depth, height, width) of the first example's volume.
+
+    Raises:
+        ValueError: naming the file if the example has no `depth` feature (it is not a
+            volume) or the stored image height is not a multiple of the depth.
+    """
+    depth = _first_example_int(file_patterns, DEPTH_KEY)
+    stacked_height = _first_example_int(file_patterns, HEIGHT_KEY)
+    width = _first_example_int(file_patterns, WIDTH_KEY)
+    if depth < 1 or stacked_height % depth:
+        raise ValueError(
+            f"A volume's image height must be depth x slice height. Received: "
+            f"height={stacked_height}, depth={depth} in {list_files(file_patterns)[0]}"
+        )
+    return depth, stacked_height // depth, width
+
+
+def _first_example_int(file_patterns: Sequence[str], key: str) -> int:
     files = list_files(file_patterns)
     for record in tf.data.TFRecordDataset(files[:1], compression_type=COMPRESSION).take(1):
         example = tf.train.Example.FromString(record.numpy())
-        values = example.features.feature[CHANNELS_KEY].int64_list.value
+        values = example.features.feature[key].int64_list.value
         if values:
             return int(values[0])
-        raise ValueError(f"First example has no '{CHANNELS_KEY}' feature. Received: {files[0]}")
+        raise ValueError(f"First example has no '{key}' feature. Received: {files[0]}")
     raise ValueError(f"No examples in the first file. Received: {files[0]}")
 
 
@@ -109,6 +139,16 @@ def preprocess_images(images: tf.Tensor, input_size: Sequence[int]) -> tf.Tensor
     return tf.clip_by_value(images, 0.0, 1.0)
 
 
+def preprocess_volumes(stacked: tf.Tensor, depth: int) -> tf.Tensor:
+    """uint8 stacked slices ([D*H, W, C] or [n, D*H, W, C]) -> float32 [.., D, H, W, C]
+    in [0, 1]."""
+    volumes = tf.image.convert_image_dtype(stacked, tf.float32)
+    shape = tf.shape(volumes)
+    height = shape[-3] // depth
+    new_shape = tf.concat([shape[:-3], [depth, height], shape[-2:]], axis=0)
+    return tf.reshape(volumes, new_shape)
+
+
 def make_dataset(
     file_patterns: Sequence[str],
     input_size: Sequence[int],
@@ -117,6 +157,7 @@ def make_dataset(
     shuffle: bool,
     seed: int = 42,
     num_examples: int | None = None,
+    repeat: bool = False,
 ) -> tf.data.Dataset:
     """Returns batches of (float32 images [b, H, W, C] in [0, 1], int64 labels [b]).
 
@@ -128,6 +169,8 @@ def make_dataset(
         shuffle: shuffle with `seed`, reshuffled every epoch (training only).
         num_examples: the record count, if known (`count_examples`); it tells Keras the
             steps per epoch up front, and a wrong count fails loudly.
+        repeat: repeat forever (multi-worker training, where every worker must run the
+            same number of steps: pass `steps_per_epoch` to fit).
     """
     if channels not in (1, 3, 4):
         raise ValueError(f"channels must be 1, 3 or 4. Received: channels={channels}")
@@ -137,6 +180,47 @@ def make_dataset(
         image = decode_image(features[IMAGE_KEY], channels)
         return preprocess_images(image, input_size), features[LABEL_KEY]
 
+    return _batched(file_patterns, parse, batch_size, shuffle, seed, num_examples, repeat)
+
+
+def make_volume_dataset(
+    file_patterns: Sequence[str],
+    volume_shape: Sequence[int],
+    channels: int,
+    batch_size: int,
+    shuffle: bool,
+    seed: int = 42,
+    num_examples: int | None = None,
+    repeat: bool = False,
+) -> tf.data.Dataset:
+    """Returns batches of (float32 volumes [b, D, H, W, C] in [0, 1], float32 masks
+    [b, D, H, W, 1] of 0/1); the other arguments are those of `make_dataset`."""
+    depth, height, width = (int(d) for d in volume_shape)
+    spec = {
+        IMAGE_KEY: tf.io.FixedLenFeature([], tf.string),
+        MASK_KEY: tf.io.FixedLenFeature([depth * height * width], tf.int64),
+    }
+
+    def parse(serialized: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        features = tf.io.parse_single_example(serialized, spec)
+        stacked = decode_image(features[IMAGE_KEY], channels)
+        volume = preprocess_volumes(stacked, depth)
+        volume = tf.ensure_shape(volume, [depth, height, width, channels])
+        mask = tf.reshape(tf.cast(features[MASK_KEY], tf.float32), [depth, height, width, 1])
+        return volume, mask
+
+    return _batched(file_patterns, parse, batch_size, shuffle, seed, num_examples, repeat)
+
+
+def _batched(
+    file_patterns: Sequence[str],
+    parse: Callable[[tf.Tensor], tuple[tf.Tensor, tf.Tensor]],
+    batch_size: int,
+    shuffle: bool,
+    seed: int,
+    num_examples: int | None,
+    repeat: bool,
+) -> tf.data.Dataset:
     dataset = tf.data.TFRecordDataset(
         list_files(file_patterns),
         compression_type=COMPRESSION,
@@ -146,5 +230,11 @@ def make_dataset(
         dataset = dataset.apply(tf.data.experimental.assert_cardinality(num_examples))
     if shuffle:
         dataset = dataset.shuffle(_SHUFFLE_BUFFER, seed=seed, reshuffle_each_iteration=True)
+    if repeat:
+        dataset = dataset.repeat()
     dataset = dataset.map(parse, num_parallel_calls=tf.data.AUTOTUNE)
-    return dataset.batch(batch_size).prefetch(tf.data.AUTOTUNE)
+    dataset = dataset.batch(batch_size).prefetch(tf.data.AUTOTUNE)
+    # The ingest writes one file per split: shard by element, not by file, across workers.
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+    return dataset.with_options(options)

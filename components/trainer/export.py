@@ -4,10 +4,17 @@ A model trained under mixed_float16 cannot be converted to TF Lite (float16 Conv
 Flex ops), so the model is rebuilt under the float32 policy and the trained weights are
 copied in before saving with Keras' ExportArchive (tf.saved_model.save underneath).
 
-Signatures (see docs/INTERFACES.md):
+Classification signatures (see docs/INTERFACES.md):
     serving_default(examples: string [None])    -> probabilities, class_id, class_name
     predict_images(images: uint8 [None, None, None, C]) -> the same three outputs
     predict_normalized(images: float32 [None, H, W, C]) -> probabilities
+
+Segmentation signatures (volumes of D slices of H x W, see data.py):
+    serving_default(examples: string [None]) -> probabilities (float32 [None, D*H*W], the
+        foreground probability per voxel, flattened like the `mask` feature TFMA compares
+        it with), mask (uint8 [None, D, H, W])
+    predict_volumes(volumes: uint8 [None, D, H, W, C]) -> probabilities [None, D, H, W], mask
+    predict_normalized(volumes: float32 [None, D, H, W, C]) -> probabilities [None, D, H, W, 1]
 """
 
 from __future__ import annotations
@@ -20,10 +27,11 @@ import tensorflow as tf
 
 from components.trainer import data as data_lib
 from components.trainer.warmup import write_warmup_requests
-from models import build_model
+from models import SEGMENTATION, build_model, model_task
 
 SERVING_SIGNATURE = "serving_default"
 IMAGES_SIGNATURE = "predict_images"
+VOLUMES_SIGNATURE = "predict_volumes"
 NORMALIZED_SIGNATURE = "predict_normalized"
 
 
@@ -46,8 +54,10 @@ def export_serving_model(
         label_names: class names, index = class id.
         export_dir: where to write the SavedModel (`fn_args.serving_model_dir`).
     """
+    if model_task(model_name) == SEGMENTATION:
+        return _export_segmentation_model(trained_model, model_name, model_params, export_dir)
     height, width = int(input_size[0]), int(input_size[1])
-    float_model = _rebuild_in_float32(
+    float_model = rebuild_in_float32(
         trained_model, model_name, model_params, (height, width, channels), len(label_names)
     )
     functions = _ServingFunctions(float_model, (height, width), channels, label_names)
@@ -69,14 +79,42 @@ def export_serving_model(
     return export_dir
 
 
-def _rebuild_in_float32(
+def _export_segmentation_model(
     trained_model: keras.Model,
     model_name: str,
     model_params: Mapping[str, object],
-    input_shape: tuple[int, int, int],
+    export_dir: str,
+) -> str:
+    """Saves a float32 copy of a segmentation model with the segmentation signatures."""
+    input_shape = tuple(int(d) for d in trained_model.input_shape[1:])
+    float_model = rebuild_in_float32(trained_model, model_name, model_params, input_shape, 2)
+    functions = _SegmentationServingFunctions(float_model, input_shape)
+    archive = keras.export.ExportArchive()
+    archive.track(float_model)
+    for name, (function, input_signature) in functions.endpoints().items():
+        archive.add_endpoint(name, function, input_signature=input_signature)
+    archive.write_out(export_dir, verbose=False)
+    return export_dir
+
+
+def rebuild_in_float32(
+    trained_model: keras.Model,
+    model_name: str,
+    model_params: Mapping[str, object],
+    input_shape: tuple[int, ...],
     num_classes: int,
 ) -> keras.Model:
-    """Builds the same architecture under the float32 policy and copies the weights."""
+    """Builds the same architecture under the float32 policy and copies the weights.
+
+    Args:
+        trained_model: the model after training, under any dtype policy.
+        model_name, model_params: how it was built (registry name and parameters).
+        input_shape: one example's shape, (H, W, C) or (D, H, W, C).
+        num_classes: the class count it was built for.
+
+    Raises:
+        ValueError: if the rebuilt model's weights do not match the trained model's.
+    """
     previous_policy = keras.mixed_precision.global_policy()
     keras.mixed_precision.set_dtype_policy("float32")
     try:
@@ -96,6 +134,9 @@ def _rebuild_in_float32(
         ]
     )
     return float_model
+
+
+_rebuild_in_float32 = rebuild_in_float32  # the name this module used before
 
 
 class _ServingFunctions:
@@ -161,3 +202,63 @@ class _ServingFunctions:
         class_id = tf.argmax(probabilities, axis=-1, output_type=tf.int64)
         class_name = tf.gather(tf.constant(self._label_names), class_id)
         return {"probabilities": probabilities, "class_id": class_id, "class_name": class_name}
+
+
+class _SegmentationServingFunctions:
+    """The functions behind the segmentation signatures, closing over the float32 model."""
+
+    def __init__(self, model: keras.Model, input_shape: tuple[int, ...]) -> None:
+        self._model = model
+        self._shape = tuple(int(d) for d in input_shape)  # (D, H, W, C)
+
+    def endpoints(self) -> dict[str, tuple[Callable, list[tf.TensorSpec]]]:
+        """Signature name -> (function, input signature)."""
+        return {
+            SERVING_SIGNATURE: (
+                self.serve_examples,
+                [tf.TensorSpec([None], tf.string, name="examples")],
+            ),
+            VOLUMES_SIGNATURE: (
+                self.predict_volumes,
+                [tf.TensorSpec([None, *self._shape], tf.uint8, name="volumes")],
+            ),
+            NORMALIZED_SIGNATURE: (
+                self.predict_normalized,
+                [tf.TensorSpec([None, *self._shape], tf.float32, name="volumes")],
+            ),
+        }
+
+    def serve_examples(self, examples: tf.Tensor) -> dict[str, tf.Tensor]:
+        depth, height, width, channels = self._shape
+        features = tf.io.parse_example(
+            examples, {data_lib.IMAGE_KEY: tf.io.FixedLenFeature([], tf.string)}
+        )
+        volumes = tf.map_fn(
+            lambda encoded: data_lib.preprocess_volumes(
+                data_lib.decode_image(encoded, channels), depth
+            ),
+            features[data_lib.IMAGE_KEY],
+            fn_output_signature=tf.TensorSpec(list(self._shape), tf.float32),
+        )
+        outputs = self._segment(volumes)
+        batch = tf.shape(volumes)[0]
+        outputs["probabilities"] = tf.reshape(
+            outputs["probabilities"], [batch, depth * height * width]
+        )
+        return outputs
+
+    def predict_volumes(self, volumes: tf.Tensor) -> dict[str, tf.Tensor]:
+        return self._segment(tf.image.convert_image_dtype(volumes, tf.float32))
+
+    def predict_normalized(self, volumes: tf.Tensor) -> dict[str, tf.Tensor]:
+        return {"probabilities": self._model(volumes, training=False)}
+
+    def _segment(self, volumes: tf.Tensor) -> dict[str, tf.Tensor]:
+        # oneDNN's Conv3D rejects an empty batch; answer one without running the model.
+        probabilities = tf.cond(
+            tf.shape(volumes)[0] > 0,
+            lambda: self._model(volumes, training=False),
+            lambda: tf.zeros([0, *self._shape[:3], 1], tf.float32),
+        )[..., 0]
+        mask = tf.cast(probabilities >= 0.5, tf.uint8)
+        return {"probabilities": probabilities, "mask": mask}

@@ -1,37 +1,64 @@
 """TFX Trainer module: trains a registry model on the ingest Examples and exports it.
 
 The Trainer calls `run_fn(fn_args)`. Precision, XLA and the distribution strategy are
-resolved from the devices present ("auto") or taken from the config; the serving model
-is always exported in float32 (see export.py).
+resolved from the devices present ("auto") or taken from the config; the model is checked
+by the mixed-precision lint before the first step; training resumes from its
+BackupAndRestore checkpoint after a kill; the serving model is always exported in float32
+(see export.py), with its Keras weights beside it (see warm_start.py).
+
+Under MultiWorkerMirroredStrategy every worker runs `run_fn` with the same `fn_args`; only
+the chief writes the serving model, the Keras weights, TensorBoard logs and
+training_summary.json; the other workers write theirs to a scratch folder they delete.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
+import shutil
+import tempfile
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import keras
 import tensorflow as tf
 from absl import logging
-from tfx import v1 as tfx
 
 from components.trainer import data as data_lib
 from components.trainer import export as export_lib
 from components.trainer import strategy as strategy_lib
-from components.trainer.callbacks import ThroughputCallback
+from components.trainer.callbacks import (
+    LOSS_SCALE,
+    DivergenceGuard,
+    EpochHistory,
+    ThroughputCallback,
+    TrainingStatsCallback,
+)
+from components.trainer.lint import check_mixed_precision
+from components.trainer.optimizer import LossScaleSettings, build_optimizer, current_loss_scale
 from components.trainer.precision import (
     describe_devices,
     resolve_precision_policy,
     resolve_xla,
 )
-from models import build_model
+from components.trainer.training_model import TrainingModel
+from components.trainer.warm_start import (
+    save_keras_weights,
+    warm_start_weights,
+    weights_checksum,
+)
+from models import CLASSIFICATION, build_model, model_task
+from models.segmentation import DiceBCELoss, DiceCoefficient
+
+if TYPE_CHECKING:  # importing TFX costs ~25 CPU seconds; run_fn only reads attributes
+    from tfx import v1 as tfx
 
 SUMMARY_FILE = "training_summary.json"
 LOG_DIR = "logs"
+BACKUP_DIR = "backup"
 _DEFAULT_CONFIG: dict[str, dict[str, Any]] = {
     "data": {"channels": "auto"},
     "model": {"name": "seed_cnn", "input_size": [16, 16], "params": {}},
@@ -45,6 +72,11 @@ _DEFAULT_CONFIG: dict[str, dict[str, Any]] = {
         "xla": "auto",
         "seed": 42,
         "scale_learning_rate": False,
+        "loss_scale": {},
+        "grad_accum_steps": 1,
+        "divergence_patience": 5,
+        "warm_start": False,
+        "backup_dir": "",
     },
     "export": {"serving_precision": "float32"},
 }
@@ -62,7 +94,7 @@ def _read_config(custom_config: Mapping[str, Any] | None) -> dict[str, dict[str,
             )
         config[section] = {**defaults, **given}
     trainer = config["trainer"]
-    for key in ("epochs", "batch_size"):
+    for key in ("epochs", "batch_size", "grad_accum_steps", "divergence_patience"):
         if int(trainer[key]) < 1:
             raise ValueError(f"trainer.{key} must be positive. Received: {key}={trainer[key]}")
     input_size = config["model"]["input_size"]
@@ -142,22 +174,325 @@ def _resolve_runtime(trainer: Mapping[str, Any], tf_config: Mapping[str, Any]) -
     return runtime
 
 
-def _build_and_compile(
-    model_config: Mapping[str, Any], runtime: _Runtime, input_shape: tuple, num_classes: int
-) -> keras.Model:
-    """Builds the registry model under the current dtype policy in the strategy's scope."""
-    with runtime.strategy.scope():
-        model = build_model(
-            model_config["name"], input_shape, num_classes, **model_config["params"]
+@dataclasses.dataclass(frozen=True)
+class _Task:
+    """What the model learns and from which examples: shapes, loss and metrics."""
+
+    name: str
+    input_shape: tuple[int, ...]
+    num_classes: int
+    channels: int
+    label_names: list[str]
+    metric: str  # the headline metric in the history: "accuracy" or "dice"
+
+    @property
+    def is_classification(self) -> bool:
+        return self.name == CLASSIFICATION
+
+
+def _resolve_task(
+    model_config: Mapping[str, Any], data_config: Mapping[str, Any], train_files: list[str]
+) -> _Task:
+    """Reads labels, channels and (for volumes) the volume shape from the train split."""
+    task = model_task(model_config["name"])
+    label_names = data_lib.read_label_names(train_files)
+    channels = _resolve_channels(data_config["channels"], train_files)
+    input_size = [int(v) for v in model_config["input_size"]]
+    if task == CLASSIFICATION:
+        return _Task(task, (*input_size, channels), len(label_names), channels, label_names,
+                     "accuracy")
+    depth, height, width = data_lib.read_volume_shape(train_files)
+    if [height, width] != input_size:
+        raise ValueError(
+            f"model {model_config['name']!r} segments whole volumes of {depth}x{height}x{width} "
+            f"voxels, so model.input_size must be their slice size [{height}, {width}]. "
+            f"Received: input_size={input_size}; fix: --set model.input_size=[{height},{width}]"
         )
-        # Under mixed_float16, compile wraps Adam in a LossScaleOptimizer by itself.
-        model.compile(
-            optimizer=keras.optimizers.Adam(runtime.learning_rate),
-            loss=keras.losses.SparseCategoricalCrossentropy(),
-            metrics=["accuracy"],
-            jit_compile=runtime.xla,
+    return _Task(task, (depth, height, width, channels), 2, channels, label_names, "dice")
+
+
+def build_training_model(
+    model_name: str,
+    model_params: Mapping[str, Any],
+    input_shape: tuple[int, ...],
+    num_classes: int,
+    policy: str,
+) -> TrainingModel:
+    """Builds the registry model under the current dtype policy, lints it, wraps it.
+
+    Call inside the strategy's scope with `policy` set as the global dtype policy.
+
+    Raises:
+        MixedPrecisionLintError: naming the layer, if the model is unsafe under `policy`.
+    """
+    model = build_model(model_name, input_shape, num_classes, **dict(model_params))
+    check_mixed_precision(model, policy)
+    return TrainingModel.wrap(model)
+
+
+def compile_training_model(
+    model: keras.Model,
+    task: str,
+    learning_rate: float,
+    policy: str,
+    loss_scale: LossScaleSettings,
+    grad_accum_steps: int,
+    xla: bool,
+) -> None:
+    """Compiles with Adam (loss-scaled under float16, accumulating when asked), the task's
+    loss and metric, and XLA on or off. Call inside the strategy's scope."""
+    if task == CLASSIFICATION:
+        loss, metrics = keras.losses.SparseCategoricalCrossentropy(), ["accuracy"]
+    else:
+        loss, metrics = DiceBCELoss(), [DiceCoefficient()]
+    model.compile(
+        optimizer=build_optimizer(learning_rate, policy, loss_scale, grad_accum_steps),
+        loss=loss,
+        metrics=metrics,
+        jit_compile=xla,
+        auto_scale_loss=False,  # build_optimizer already wrapped it when needed
+    )
+
+
+def _datasets(
+    fn_args: tfx.components.FnArgs, task: _Task, runtime: _Runtime, seed: int, repeat: bool
+) -> tuple[tf.data.Dataset, tf.data.Dataset, int, int]:
+    train_examples = data_lib.count_examples(fn_args.train_files)
+    eval_examples = data_lib.count_examples(fn_args.eval_files)
+    if task.is_classification:
+        def make(files, shuffle, count):
+            return data_lib.make_dataset(
+                files, task.input_shape[:2], task.channels, runtime.global_batch_size,
+                shuffle=shuffle, seed=seed, num_examples=count, repeat=repeat,
+            )
+    else:
+        def make(files, shuffle, count):
+            return data_lib.make_volume_dataset(
+                files, task.input_shape[:3], task.channels, runtime.global_batch_size,
+                shuffle=shuffle, seed=seed, num_examples=count, repeat=repeat,
+            )
+    return (
+        make(fn_args.train_files, True, train_examples),
+        make(fn_args.eval_files, False, eval_examples),
+        train_examples,
+        eval_examples,
+    )
+
+
+def backup_dir_for(fn_args: tfx.components.FnArgs, trainer: Mapping[str, Any],
+                   tf_config: Mapping[str, Any]) -> str:
+    """The BackupAndRestore folder of this training: stable across restarts of the same
+    training (same config and input files), distinct for any other, one per task.
+
+    `trainer.backup_dir`, else `<pipeline_root>/Trainer/backup` (two levels above
+    `fn_args.model_run_dir`, which TFX numbers per execution).
+    """
+    base = trainer.get("backup_dir") or os.path.join(
+        os.path.dirname(os.path.dirname(fn_args.model_run_dir.rstrip("/"))), BACKUP_DIR
+    )
+    identity = json.dumps(
+        {
+            "config": fn_args.custom_config,
+            "train": list(fn_args.train_files),
+            "eval": list(fn_args.eval_files),
+        },
+        sort_keys=True,
+        default=str,
+    )
+    fingerprint = hashlib.sha256(identity.encode()).hexdigest()[:16]
+    return os.path.join(base, fingerprint, strategy_lib.task_name(tf_config))
+
+
+@dataclasses.dataclass
+class TrainingResult:
+    """What `train_and_export` did, for run_fn and for tests that inspect the model.
+
+    Attributes:
+        model: the trained model (under the training dtype policy).
+        summary: the content of training_summary.json.
+        chief: whether this process wrote the shared outputs.
+        serving_model_dir: where this process exported (a deleted scratch folder on
+            non-chief workers).
+    """
+
+    model: keras.Model
+    summary: dict[str, Any]
+    chief: bool
+    serving_model_dir: str
+
+
+def train_and_export(fn_args: tfx.components.FnArgs) -> TrainingResult:
+    """Trains the configured model and exports it; the body of `run_fn`.
+
+    Raises:
+        ValueError: a bad config value or input data, named.
+        MixedPrecisionLintError: the model is unsafe under the resolved precision.
+        TrainingDivergedError: the loss stayed NaN/inf (see callbacks.DivergenceGuard).
+    """
+    started = time.perf_counter()
+    config = _read_config(fn_args.custom_config)
+    model_config, trainer = config["model"], config["trainer"]
+    tf_config = strategy_lib.read_tf_config()
+    runtime = _resolve_runtime(trainer, tf_config)
+    chief = strategy_lib.is_chief(tf_config)
+    multi_worker = runtime.strategy_name == "multi_worker"
+    seed = int(trainer["seed"])
+    keras.utils.set_random_seed(seed)
+
+    task = _resolve_task(model_config, config["data"], fn_args.train_files)
+    train_dataset, eval_dataset, train_examples, eval_examples = _datasets(
+        fn_args, task, runtime, seed, repeat=multi_worker
+    )
+    fit_steps: dict[str, int] = {}
+    if multi_worker:
+        # Every worker must run the same number of steps: repeat and count them.
+        fit_steps = {
+            "steps_per_epoch": max(1, train_examples // runtime.global_batch_size),
+            "validation_steps": max(1, eval_examples // runtime.global_batch_size),
+        }
+
+    task_name = strategy_lib.task_name(tf_config)
+    scratch = None if chief else tempfile.mkdtemp(prefix=f"mptfx-{task_name}-")
+    serving_model_dir = fn_args.serving_model_dir if chief else os.path.join(scratch, "serving")
+    model_run_dir = fn_args.model_run_dir if chief else os.path.join(scratch, "model_run")
+    loss_scale = LossScaleSettings.from_config(trainer["loss_scale"])
+    grad_accum_steps = int(trainer["grad_accum_steps"])
+    backup_dir = backup_dir_for(fn_args, trainer, tf_config)
+
+    throughput = ThroughputCallback(train_examples)
+    epoch_history = EpochHistory(backup_dir)
+    previous_policy = keras.mixed_precision.global_policy()
+    keras.mixed_precision.set_dtype_policy(runtime.policy)
+    try:
+        with runtime.strategy.scope():
+            model = build_training_model(
+                model_config["name"], model_config["params"], task.input_shape,
+                task.num_classes, runtime.policy,
+            )
+            warm_started_from = None
+            if trainer["warm_start"]:
+                warm_started_from = warm_start_weights(
+                    model, model_config["name"], model_config["params"], task.input_shape,
+                    task.num_classes, getattr(fn_args, "base_model", None),
+                )
+            initial_weights_checksum = weights_checksum(model)
+            compile_training_model(
+                model, task.name, runtime.learning_rate, runtime.policy, loss_scale,
+                grad_accum_steps, runtime.xla,
+            )
+        callbacks = [
+            throughput,
+            TrainingStatsCallback(),
+            DivergenceGuard(
+                int(trainer["divergence_patience"]), runtime.learning_rate, runtime.policy
+            ),
+            epoch_history,  # after the callbacks that add to the epoch logs
+            keras.callbacks.BackupAndRestore(backup_dir),
+            keras.callbacks.TensorBoard(os.path.join(model_run_dir, LOG_DIR)),
+        ]
+        train_started = time.perf_counter()
+        model.fit(
+            train_dataset,
+            validation_data=eval_dataset,
+            epochs=int(trainer["epochs"]),
+            callbacks=callbacks,
+            verbose=2,
+            **fit_steps,
         )
-    return model
+        train_seconds = time.perf_counter() - train_started
+    finally:
+        keras.mixed_precision.set_dtype_policy(previous_policy)
+
+    float_model = export_lib.rebuild_in_float32(
+        model, model_config["name"], model_config["params"], task.input_shape, task.num_classes
+    )
+    save_keras_weights(float_model, serving_model_dir)
+    final_weights_checksum = weights_checksum(float_model)
+    export_lib.export_serving_model(
+        model,
+        model_config["name"],
+        model_config["params"],
+        list(task.input_shape[-3:-1]),
+        task.channels,
+        task.label_names,
+        serving_model_dir,
+    )
+    history = epoch_history.history()
+    epochs_trained = len(next(iter(history.values()), []))
+    if LOSS_SCALE not in history:
+        history[LOSS_SCALE] = [None] * epochs_trained
+    summary = {
+        "precision": runtime.policy,
+        "precision_reason": runtime.policy_reason,
+        "strategy": runtime.strategy_name,
+        "replicas": runtime.replicas,
+        "xla": runtime.xla,
+        "epochs": int(trainer["epochs"]),
+        "batch_size": int(trainer["batch_size"]),
+        "global_batch_size": runtime.global_batch_size,
+        "learning_rate": runtime.learning_rate,
+        "images_per_sec": throughput.images_per_sec,
+        "input_size": list(task.input_shape[-3:-1]),
+        "channels": task.channels,
+        "label_names": task.label_names,
+        "history": history,
+        # Beyond the contract: useful for tracking and benchmarks.
+        "model": model_config["name"],
+        "task": task.name,
+        "input_shape": list(task.input_shape),
+        "xla_reason": runtime.xla_reason,
+        "grad_accum_steps": grad_accum_steps,
+        "effective_batch_size": runtime.global_batch_size * grad_accum_steps,
+        "loss_scale": _loss_scale_summary(model, runtime.policy, loss_scale),
+        "skipped_steps": int(sum(v or 0 for v in history.get("skipped_steps", []))),
+        "lint": "passed",
+        "warm_started_from": warm_started_from,
+        "initial_weights_checksum": initial_weights_checksum,
+        "final_weights_checksum": final_weights_checksum,
+        "resumed_at_epoch": epoch_history.resumed_at_epoch,
+        "train_examples": train_examples,
+        "eval_examples": eval_examples,
+        "train_seconds": train_seconds,
+        "images_per_sec_per_epoch": history.get("images_per_sec", []),
+        "workers": _cluster_workers(tf_config),
+        "task_name": task_name,
+    }
+    final_metric = (history.get(f"val_{task.metric}") or [None])[-1]
+    summary[f"val_{task.metric}"] = final_metric
+    if not task.is_classification:
+        summary["dice"] = final_metric
+    _write_summary(model_run_dir, summary)
+    if scratch is not None:
+        shutil.rmtree(scratch, ignore_errors=True)
+        logging.info("Trainer: not the chief; scratch outputs in %s deleted", scratch)
+    logging.info(
+        "Trainer: done in %.1f s (fit %.1f s); %.0f train images/sec; val_%s %s; model at %s",
+        time.perf_counter() - started,
+        train_seconds,
+        throughput.images_per_sec,
+        task.metric,
+        final_metric,
+        serving_model_dir,
+    )
+    return TrainingResult(model, summary, chief, serving_model_dir)
+
+
+def _loss_scale_summary(
+    model: keras.Model, policy: str, settings: LossScaleSettings
+) -> dict[str, Any] | None:
+    if policy != "mixed_float16":
+        return None
+    return {
+        "dynamic": settings.dynamic,
+        "initial": settings.initial,
+        "growth_steps": settings.growth_steps if settings.dynamic else None,
+        "final": current_loss_scale(model.optimizer),
+    }
+
+
+def _cluster_workers(tf_config: Mapping[str, Any]) -> int:
+    cluster = tf_config.get("cluster") or {}
+    return max(1, sum(len(cluster.get(role) or []) for role in ("chief", "worker")))
 
 
 def _write_summary(model_run_dir: str, summary: Mapping[str, Any]) -> None:
@@ -171,102 +506,10 @@ def run_fn(fn_args: tfx.components.FnArgs) -> None:
 
     Args:
         fn_args: uses only `train_files`, `eval_files` (Examples file patterns),
-            `serving_model_dir` (the SavedModel), `model_run_dir` (TensorBoard logs and
-            training_summary.json) and `custom_config` ({"data", "model", "trainer",
-            "export"} dicts); TF_CONFIG selects the cluster for multi-worker training.
+            `serving_model_dir` (the SavedModel; the Keras weights go to the sibling
+            `Format-Keras/model.weights.h5`), `model_run_dir` (TensorBoard logs and
+            training_summary.json), `base_model` (with `trainer.warm_start`) and
+            `custom_config` ({"data", "model", "trainer", "export"} dicts); TF_CONFIG
+            selects the cluster for multi-worker training.
     """
-    started = time.perf_counter()
-    config = _read_config(fn_args.custom_config)
-    model_config, trainer = config["model"], config["trainer"]
-    tf_config = strategy_lib.read_tf_config()
-    runtime = _resolve_runtime(trainer, tf_config)
-    keras.utils.set_random_seed(int(trainer["seed"]))
-
-    label_names = data_lib.read_label_names(fn_args.train_files)
-    channels = _resolve_channels(config["data"]["channels"], fn_args.train_files)
-    input_size = [int(v) for v in model_config["input_size"]]
-    train_examples = data_lib.count_examples(fn_args.train_files)
-    eval_examples = data_lib.count_examples(fn_args.eval_files)
-    train_dataset = data_lib.make_dataset(
-        fn_args.train_files,
-        input_size,
-        channels,
-        runtime.global_batch_size,
-        shuffle=True,
-        seed=int(trainer["seed"]),
-        num_examples=train_examples,
-    )
-    eval_dataset = data_lib.make_dataset(
-        fn_args.eval_files,
-        input_size,
-        channels,
-        runtime.global_batch_size,
-        shuffle=False,
-        num_examples=eval_examples,
-    )
-
-    throughput = ThroughputCallback(train_examples)
-    previous_policy = keras.mixed_precision.global_policy()
-    keras.mixed_precision.set_dtype_policy(runtime.policy)
-    try:
-        model = _build_and_compile(model_config, runtime, (*input_size, channels), len(label_names))
-        train_started = time.perf_counter()
-        history = model.fit(
-            train_dataset,
-            validation_data=eval_dataset,
-            epochs=int(trainer["epochs"]),
-            callbacks=[
-                throughput,
-                keras.callbacks.TensorBoard(os.path.join(fn_args.model_run_dir, LOG_DIR)),
-            ],
-            verbose=2,
-        )
-        train_seconds = time.perf_counter() - train_started
-    finally:
-        keras.mixed_precision.set_dtype_policy(previous_policy)
-
-    if not strategy_lib.is_chief(tf_config):
-        logging.info("Trainer: not the chief task; leaving export to the chief.")
-        return
-    export_lib.export_serving_model(
-        model,
-        model_config["name"],
-        model_config["params"],
-        input_size,
-        channels,
-        label_names,
-        fn_args.serving_model_dir,
-    )
-    summary = {
-        "precision": runtime.policy,
-        "precision_reason": runtime.policy_reason,
-        "strategy": runtime.strategy_name,
-        "replicas": runtime.replicas,
-        "xla": runtime.xla,
-        "epochs": int(trainer["epochs"]),
-        "batch_size": int(trainer["batch_size"]),
-        "global_batch_size": runtime.global_batch_size,
-        "learning_rate": runtime.learning_rate,
-        "images_per_sec": throughput.images_per_sec,
-        "input_size": input_size,
-        "channels": channels,
-        "label_names": label_names,
-        "history": {k: [float(v) for v in values] for k, values in history.history.items()},
-        # Beyond the contract: useful for tracking and benchmarks.
-        "model": model_config["name"],
-        "xla_reason": runtime.xla_reason,
-        "train_examples": train_examples,
-        "eval_examples": eval_examples,
-        "train_seconds": train_seconds,
-        "images_per_sec_per_epoch": throughput.epoch_images_per_sec,
-    }
-    _write_summary(fn_args.model_run_dir, summary)
-    logging.info(
-        "Trainer: done in %.1f s (fit %.1f s); %.0f train images/sec; val_accuracy %.4f; "
-        "model at %s",
-        time.perf_counter() - started,
-        train_seconds,
-        throughput.images_per_sec,
-        summary["history"]["val_accuracy"][-1],
-        fn_args.serving_model_dir,
-    )
+    train_and_export(fn_args)

@@ -3,6 +3,11 @@
 `batch_size` in the config is per replica; the global batch is
 `per_replica * strategy.num_replicas_in_sync`.
 
+"mirrored" mirrors over every GPU, or, on a machine without GPUs, over every logical CPU
+device (`tf.config.set_logical_device_configuration` splits one CPU into several, which is
+how the strategy is tested here). Under "multi_worker" only the chief writes shared outputs
+(`is_chief`); the other workers write to a scratch folder they delete.
+
 Example:
 
     strategy, name = resolve_strategy("auto", describe_devices())
@@ -83,7 +88,7 @@ def resolve_strategy(
         device = "/gpu:0" if any(d.kind == "GPU" for d in devices) else "/cpu:0"
         return tf.distribute.OneDeviceStrategy(device), name
     if name == "mirrored":
-        return tf.distribute.MirroredStrategy(), name
+        return tf.distribute.MirroredStrategy(devices=_mirrored_devices(devices)), name
     # Reads TF_CONFIG itself; must be created before other TensorFlow ops run.
     return tf.distribute.MultiWorkerMirroredStrategy(), name
 
@@ -102,6 +107,19 @@ def is_chief(tf_config: Mapping[str, Any]) -> bool:
         return True
     has_chief = bool((tf_config.get("cluster") or {}).get("chief"))
     return task_type == "worker" and index == 0 and not has_chief
+
+
+def task_name(tf_config: Mapping[str, Any]) -> str:
+    """This process's task as "<type>-<index>" (e.g. "worker-1"), "chief-0" without TF_CONFIG."""
+    task = tf_config.get("task") or {}
+    return f"{task.get('type', 'chief')}-{int(task.get('index', 0))}"
+
+
+def _mirrored_devices(devices: Sequence[DeviceDescription]) -> list[str] | None:
+    """None (MirroredStrategy's default: all GPUs) when there is a GPU, else all logical CPUs."""
+    if any(d.kind == "GPU" for d in devices):
+        return None
+    return [device.name for device in tf.config.list_logical_devices("CPU")]
 
 
 def _cluster_size(tf_config: Mapping[str, Any]) -> int:

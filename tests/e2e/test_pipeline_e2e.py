@@ -67,7 +67,10 @@ def test_run_completes_and_prints_progress_and_summary(digits_run):
     assert Path(summary["summary_path"]).parent.parent == workspace / "runs"
     assert summary["wall_seconds"] > 0
     trainer = summary["trainer"]
-    assert trainer["precision"] == "float32" and "CPU" in trainer["precision_reason"]
+    from components.trainer.precision import describe_devices, resolve_precision_policy
+
+    expected, reason = resolve_precision_policy("auto", describe_devices())
+    assert trainer["precision"] == expected and trainer["precision_reason"] == reason
     assert trainer["xla"] in ("off", False) and trainer["epochs"] == 15
     assert trainer["images_per_sec"] > 0 and trainer["strategy"]
 

@@ -1,6 +1,9 @@
-"""Tests for the Trainer module: precision/XLA/strategy resolution, data, run_fn, export.
+"""Tests for the Trainer module: XLA/strategy resolution, data, run_fn, export, warm start,
+segmentation. (Precision, lint and loss scaling: test_precision.py; distribution,
+accumulation and resuming: test_trainer_distribution.py.)
 
-Everything runs for real on tiny scikit-learn digits Examples (8x8 grayscale PNGs).
+Everything runs for real on tiny scikit-learn digits Examples (8x8 grayscale PNGs) and
+small synthetic volumes.
 """
 
 from __future__ import annotations
@@ -12,23 +15,24 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from sklearn.datasets import load_digits
 from tfx import v1 as tfx
+from trainer_testdata import EVAL_FRACTION, write_digits_examples
 
 import models
 from components.trainer import data as data_lib
 from components.trainer import export as export_lib
 from components.trainer import module, strategy
 from components.trainer.callbacks import ThroughputCallback
+from components.trainer.lint import MixedPrecisionLintError
 from components.trainer.precision import (
     DeviceDescription,
     describe_devices,
     resolve_precision_policy,
     resolve_xla,
 )
+from models.registry import unregister_model
 
 NUM_IMAGES = 300
-EVAL_FRACTION = 0.2
 LABEL_NAMES = [str(d) for d in range(10)]
 SUMMARY_KEYS = {
     "precision",
@@ -63,51 +67,22 @@ def _example(png: bytes, label: int | None = None, **extra: tf.train.Feature) ->
 
 
 def _write_digits_examples(root: str, count: int) -> str:
-    """Writes `count` digits as ingest-style Examples under root; returns the Examples uri."""
-    digits = load_digits()
-    images = np.round(digits.images * (255.0 / 16.0)).astype(np.uint8)[..., None]
-    order = np.random.default_rng(0).permutation(len(images))[:count]
-    num_eval = int(round(count * EVAL_FRACTION))
-    uri = os.path.join(root, "examples")
-    for split, indices in (("eval", order[:num_eval]), ("train", order[num_eval:])):
-        os.makedirs(os.path.join(uri, f"Split-{split}"))
-        path = os.path.join(uri, f"Split-{split}", "data_tfrecord-00000-of-00001.gz")
-        with tf.io.TFRecordWriter(path, options="GZIP") as writer:
-            for i in indices:
-                label = int(digits.target[i])
-
-                def ints(v):
-                    return tf.train.Feature(int64_list=tf.train.Int64List(value=[v]))
-
-                def strings(v):
-                    return tf.train.Feature(bytes_list=tf.train.BytesList(value=[v.encode()]))
-
-                writer.write(
-                    _example(
-                        tf.io.encode_png(images[i]).numpy(),
-                        label,
-                        label_name=strings(str(label)),
-                        height=ints(8),
-                        width=ints(8),
-                        channels=ints(1),
-                        filename=strings(f"{label}/img_{i:04d}.png"),
-                    )
-                )
-    with open(os.path.join(uri, "labels.json"), "w") as f:
-        json.dump({"label_names": LABEL_NAMES}, f)
-    return uri
+    return write_digits_examples(root, count)
 
 
 def _fn_args(examples_uri: str, out: str, **trainer: object) -> tfx.components.FnArgs:
     input_size = trainer.pop("input_size", [16, 16])
+    model = trainer.pop("model", "seed_cnn")
+    params = trainer.pop("params", {})
     return tfx.components.FnArgs(
         train_files=[os.path.join(examples_uri, "Split-train", "*")],
         eval_files=[os.path.join(examples_uri, "Split-eval", "*")],
         serving_model_dir=os.path.join(out, "Format-Serving"),
         model_run_dir=os.path.join(out, "model_run"),
+        base_model=trainer.pop("base_model", None),
         custom_config={
             "data": {"channels": "auto"},
-            "model": {"name": "seed_cnn", "input_size": input_size, "params": {}},
+            "model": {"name": model, "input_size": input_size, "params": params},
             "trainer": {"epochs": 2, "batch_size": 32, **trainer},
             "export": {"serving_precision": "float32"},
         },
@@ -149,35 +124,6 @@ def trained(examples_uri, tmp_path_factory) -> tfx.components.FnArgs:
 
 
 # --- precision, XLA and strategy resolution -------------------------------------------
-
-
-@pytest.mark.parametrize(
-    "devices, prefer_bfloat16, policy, reason_part",
-    [
-        ([CPU], False, "float32", "CPU"),
-        ([CPU, _gpu(6, 1)], False, "float32", "WARNING"),
-        ([CPU, _gpu(7, 0)], False, "mixed_float16", "7.0"),
-        ([CPU, _gpu(7, 0)], True, "mixed_float16", "7.0"),
-        ([CPU, _gpu(8, 0)], False, "mixed_float16", "8.0"),
-        ([CPU, _gpu(8, 0)], True, "mixed_bfloat16", "prefer_bfloat16"),
-        ([CPU, _gpu(9, 0)], False, "mixed_float16", "9.0"),
-        ([CPU, _gpu(9, 0)], True, "mixed_bfloat16", "prefer_bfloat16"),
-        ([CPU, _gpu(8, 0), _gpu(6, 1, index=1)], False, "float32", "GPU:1"),
-        ([CPU, _gpu(8, 6), _gpu(7, 5, index=1)], True, "mixed_float16", "7.5"),
-        ([CPU, TPU], False, "mixed_bfloat16", "TPU"),
-    ],
-)
-def test_auto_precision_follows_the_devices(devices, prefer_bfloat16, policy, reason_part):
-    resolved, reason = resolve_precision_policy("auto", devices, prefer_bfloat16)
-    assert resolved == policy
-    assert reason_part in reason
-
-
-def test_cpu_reason_says_why_float32():
-    assert resolve_precision_policy("auto", [CPU]) == (
-        "float32",
-        "CPU: mixed precision is slower here; float32",
-    )
 
 
 @pytest.mark.parametrize("requested", ["float32", "mixed_float16", "mixed_bfloat16"])
@@ -291,19 +237,51 @@ def test_dataset_yields_normalised_images_at_the_input_size(examples_uri, channe
 # --- run_fn and the exported model ----------------------------------------------------
 
 
+def _summary(fn_args: tfx.components.FnArgs) -> dict:
+    with open(os.path.join(fn_args.model_run_dir, module.SUMMARY_FILE)) as f:
+        return json.load(f)
+
+
 def test_run_fn_writes_the_training_summary(trained):
-    path = os.path.join(trained.model_run_dir, module.SUMMARY_FILE)
-    with open(path) as f:
-        summary = json.load(f)
+    summary = _summary(trained)
     assert SUMMARY_KEYS <= set(summary)
-    assert summary["precision"] == "float32" and summary["xla"] is False
+    assert summary["precision"] == resolve_precision_policy("auto", describe_devices())[0]
+    assert summary["xla"] is False
     assert summary["strategy"] == "default" and summary["replicas"] == 1
     assert summary["global_batch_size"] == 32 and summary["input_size"] == [16, 16]
     assert summary["channels"] == 1 and summary["label_names"] == LABEL_NAMES
     assert summary["images_per_sec"] > 0
-    assert {"loss", "accuracy", "val_loss", "val_accuracy"} <= set(summary["history"])
-    assert all(len(v) == 2 for v in summary["history"].values())
+    history = summary["history"]
+    assert {"loss", "accuracy", "val_loss", "val_accuracy", "images_per_sec", "loss_scale",
+            "gradient_norm", "learning_rate"} <= set(history)
+    assert all(len(v) == 2 for v in history.values())
+    assert all(rate > 0 for rate in history["images_per_sec"])
+    assert history["loss_scale"] == [None, None]  # no loss scaling outside float16
+    assert all(norm > 0 for norm in history["gradient_norm"])
+    assert summary["lint"] == "passed" and summary["warm_started_from"] is None
+    assert summary["resumed_at_epoch"] is None and summary["skipped_steps"] == 0
     assert tf.io.gfile.glob(os.path.join(trained.model_run_dir, "logs", "*"))
+
+
+def _tensorboard_tags(model_run_dir: str) -> set[str]:
+    tags = set()
+    for path in tf.io.gfile.glob(os.path.join(model_run_dir, "logs", "train", "*")):
+        for event in tf.compat.v1.train.summary_iterator(path):
+            tags.update(value.tag for value in event.summary.value)
+    return tags
+
+
+def test_keras_weights_are_saved_beside_the_serving_model(trained):
+    path = os.path.join(os.path.dirname(trained.serving_model_dir), "Format-Keras",
+                        "model.weights.h5")
+    float_model = models.build_model("seed_cnn", (16, 16, 1), 10)
+    float_model.load_weights(path)
+    served = tf.saved_model.load(trained.serving_model_dir)
+    images = np.random.default_rng(2).random((3, 16, 16, 1), dtype=np.float32)
+    np.testing.assert_allclose(
+        served.signatures["predict_normalized"](images=tf.constant(images))["probabilities"],
+        float_model(images, training=False), atol=1e-6,
+    )
 
 
 def test_serving_signatures_agree(trained):
@@ -389,6 +367,15 @@ def test_mixed_float16_training_exports_a_float32_tflite_ready_model(examples_ur
     )
     module.run_fn(fn_args)
     assert keras.mixed_precision.global_policy().name == "float32"  # restored
+    summary = _summary(fn_args)
+    assert summary["precision"] == "mixed_float16"
+    assert summary["history"]["loss_scale"] == [32768.0]  # 2^15, no overflow in one epoch
+    assert summary["loss_scale"] == {"dynamic": True, "initial": 32768.0, "growth_steps": 2000,
+                                     "final": 32768.0}
+    # TensorBoard: loss, metrics, learning rate, loss scale, gradient norm, throughput.
+    assert {"epoch_loss", "epoch_accuracy", "epoch_learning_rate", "epoch_loss_scale",
+            "epoch_gradient_norm", "epoch_images_per_sec"} <= _tensorboard_tags(
+        fn_args.model_run_dir)
 
     reader = tf.train.load_checkpoint(
         os.path.join(fn_args.serving_model_dir, "variables", "variables")
@@ -439,4 +426,93 @@ def test_bad_config_values_are_named(examples_uri, tmp_path):
     fn_args = _fn_args(examples_uri, str(tmp_path))
     fn_args.custom_config["export"]["serving_precision"] = "float16"
     with pytest.raises(ValueError, match="serving_precision='float16'"):
+        module.run_fn(fn_args)
+
+
+# --- warm start -------------------------------------------------------------------------
+
+
+def test_warm_start_continues_from_the_base_models_keras_weights(examples_uri, tmp_path, trained):
+    fn_args = _fn_args(examples_uri, str(tmp_path / "warm"), epochs=1, warm_start=True,
+                       base_model=trained.serving_model_dir)
+    module.run_fn(fn_args)
+    summary = _summary(fn_args)
+    base_path = os.path.join(os.path.dirname(trained.serving_model_dir), "Format-Keras",
+                             "model.weights.h5")
+    assert summary["warm_started_from"] == base_path
+    # It starts where the base model ended, far better than the first epoch from scratch.
+    base = _summary(trained)
+    assert summary["history"]["loss"][0] < base["history"]["loss"][0]
+
+
+def test_warm_start_from_another_architecture_trains_from_scratch(examples_uri, tmp_path, trained):
+    fn_args = _fn_args(examples_uri, str(tmp_path / "other"), epochs=1, warm_start=True,
+                       base_model=trained.serving_model_dir, params={"dense_units": 32})
+    module.run_fn(fn_args)
+    assert _summary(fn_args)["warm_started_from"] is None
+
+
+def test_without_warm_start_the_base_model_is_ignored(examples_uri, tmp_path, trained):
+    fn_args = _fn_args(examples_uri, str(tmp_path / "cold"), epochs=1,
+                       base_model=trained.serving_model_dir)
+    module.run_fn(fn_args)
+    assert _summary(fn_args)["warm_started_from"] is None
+
+
+# --- lint and segmentation through run_fn -----------------------------------------------
+
+
+def test_an_unsafe_model_fails_before_training(examples_uri, tmp_path):
+    @models.register_model("test_unsafe_head")
+    def build(input_shape, num_classes):
+        inputs = keras.Input(shape=input_shape)
+        x = keras.layers.Flatten()(inputs)
+        return keras.Model(inputs, keras.layers.Dense(num_classes, activation="softmax",
+                                                      name="unsafe_head")(x))
+
+    try:
+        fn_args = _fn_args(examples_uri, str(tmp_path), model="test_unsafe_head",
+                           precision="mixed_float16")
+        with pytest.raises(MixedPrecisionLintError, match="'unsafe_head'"):
+            module.run_fn(fn_args)
+    finally:
+        unregister_model("test_unsafe_head")
+    assert not os.path.exists(os.path.join(fn_args.model_run_dir, "logs"))  # no step ran
+
+
+@pytest.fixture(scope="module")
+def volumes_uri(tmp_path_factory) -> str:
+    """Synthetic 8x8x8 volumes through the real ingest."""
+    from components.ingest.ingest import ingest
+    from pipelines.volumes import export_volumes
+
+    root = tmp_path_factory.mktemp("volumes")
+    source = export_volumes(root / "source", per_class=12, shape=(8, 8, 8))
+    ingest(str(source), str(root / "examples"), str(root / "quarantine.json"))
+    return str(root / "examples")
+
+
+def test_unet3d_trains_on_volumes_and_serves_masks(volumes_uri, tmp_path):
+    fn_args = _fn_args(volumes_uri, str(tmp_path), model="unet3d", input_size=[8, 8],
+                       batch_size=4, precision="float32", epochs=2)
+    module.run_fn(fn_args)
+    summary = _summary(fn_args)
+    assert summary["task"] == "segmentation" and summary["input_shape"] == [8, 8, 8, 1]
+    assert {"loss", "dice", "val_loss", "val_dice"} <= set(summary["history"])
+    assert summary["dice"] == summary["history"]["val_dice"][-1]
+    assert 0.0 <= summary["dice"] <= 1.0
+
+    served = tf.saved_model.load(fn_args.serving_model_dir)
+    assert set(served.signatures) == {"serving_default", "predict_volumes", "predict_normalized"}
+    serialized = _serialized(fn_args.eval_files)[:3]
+    by_example = served.signatures["serving_default"](examples=tf.constant(serialized))
+    assert by_example["probabilities"].shape == (3, 512)  # flat, like the `mask` feature
+    assert by_example["mask"].shape == (3, 8, 8, 8)
+    volumes = tf.zeros([2, 8, 8, 8, 1], tf.uint8)
+    assert served.signatures["predict_volumes"](volumes=volumes)["mask"].shape == (2, 8, 8, 8)
+
+
+def test_volumes_need_the_slice_size_as_input_size(volumes_uri, tmp_path):
+    fn_args = _fn_args(volumes_uri, str(tmp_path), model="unet3d", input_size=[16, 16])
+    with pytest.raises(ValueError, match=r"input_size=\[16, 16\].*model.input_size=\[8,8\]"):
         module.run_fn(fn_args)

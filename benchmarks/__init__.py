@@ -1,0 +1,1 @@
+"""Reproducible measurements behind `mptfx bench` (see benchmarks/runner.py)."""

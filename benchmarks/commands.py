@@ -1,0 +1,109 @@
+"""The `mptfx bench` sub-command.
+
+    mptfx bench [--quick] [--workspace DIR] [--models A,B] [--precisions P,Q] [--xla off,on]
+                [--sections S,T] [--memory-cap MB] [--batch-size N] [--input-shape 64x64x1]
+                [--windows N] [--window-seconds S] [--warmup-seconds S] [--max-batch N]
+
+Writes `<workspace>/bench/results.{json,md}`, `throughput.png` and `memory.png`. Imports
+here stay light (no TensorFlow) so `mptfx --help` is instant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+
+from pipelines.errors import UsageError
+
+_PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
+_XLA_VALUES = {"off": False, "on": True}
+
+
+def _list(text: str, allowed: tuple[str, ...] | None, flag: str) -> tuple[str, ...]:
+    values = tuple(v.strip() for v in text.split(",") if v.strip())
+    if not values:
+        raise UsageError(f"{flag} needs at least one value. Received: {text!r}")
+    if allowed is not None:
+        unknown = [v for v in values if v not in allowed]
+        if unknown:
+            raise UsageError(f"{flag}: unknown value(s) {unknown}; choose from {list(allowed)}")
+    return values
+
+
+def _shape(text: str | None) -> tuple[int, ...] | None:
+    if not text:
+        return None
+    try:
+        shape = tuple(int(v) for v in text.lower().split("x"))
+    except ValueError:
+        shape = ()
+    if len(shape) not in (3, 4) or min(shape) < 1:
+        raise UsageError(f"--input-shape must look like 64x64x1 or 32x32x32x1. Received: {text!r}")
+    return shape
+
+
+def _options(args: argparse.Namespace):
+    from benchmarks.plan import SECTIONS
+    from benchmarks.runner import BenchOptions
+
+    sections = SECTIONS if args.sections == "all" else _list(args.sections, SECTIONS, "--sections")
+    for flag, value in (("--batch-size", args.batch_size), ("--windows", args.windows),
+                        ("--max-batch", args.max_batch), ("--memory-cap", args.memory_cap)):
+        if value is not None and value < 1:
+            raise UsageError(f"{flag} must be positive. Received: {value}")
+    return BenchOptions(
+        workspace=args.workspace,
+        quick=args.quick,
+        sections=tuple(s for s in SECTIONS if s in sections),
+        models=_list(args.models, None, "--models") if args.models else None,
+        precisions=_list(args.precisions, _PRECISIONS, "--precisions"),
+        xla=tuple(_XLA_VALUES[v] for v in _list(args.xla, tuple(_XLA_VALUES), "--xla")),
+        batch_size=args.batch_size,
+        input_shape=_shape(args.input_shape),
+        windows=args.windows,
+        window_seconds=args.window_seconds,
+        warmup_seconds=args.warmup_seconds,
+        memory_cap_mb=float(args.memory_cap),
+        max_batch=args.max_batch,
+        command="mptfx " + shlex.join(sys.argv[1:]) if sys.argv[1:2] == ["bench"]
+        else "mptfx bench",
+    )
+
+
+def _command_bench(args: argparse.Namespace) -> int:
+    from benchmarks.runner import run_bench
+
+    return run_bench(_options(args))
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    """Adds `bench` to the `mptfx` sub-commands."""
+    bench = commands.add_parser(
+        "bench",
+        help="measure training throughput (precision x XLA), memory, input pipeline, "
+             "Trainer overhead, publication formats and pipeline time",
+        description="Reproducible measurements on this machine's CPU or GPU; results go to "
+                    "<workspace>/bench/ as results.md, results.json and PNG charts.",
+    )
+    bench.add_argument("--quick", action="store_true",
+                       help="a few-minute subset: small sizes, 3 windows, seed model batch search")
+    bench.add_argument("--workspace", default="workspace",
+                       help="output folder (default ./workspace); results in <workspace>/bench")
+    bench.add_argument("--models", help="comma-separated registry names (default: all registered)")
+    bench.add_argument("--precisions", default=",".join(_PRECISIONS),
+                       help="comma-separated dtype policies (default: all three)")
+    bench.add_argument("--xla", default="off,on", help="off, on or off,on (default)")
+    bench.add_argument("--sections", default="all",
+                       help="comma-separated: throughput, largest_batch, input_pipeline, "
+                            "overhead, publication, pipeline (default: all)")
+    bench.add_argument("--memory-cap", type=int, default=2048, metavar="MB",
+                       help="CPU only: the largest-batch search's limit on a probe's peak "
+                            "RSS (default 2048 MB; GPUs use their own memory)")
+    bench.add_argument("--batch-size", type=int, help="override every model's batch size")
+    bench.add_argument("--input-shape", help="override every model's input, e.g. 64x64x1")
+    bench.add_argument("--windows", type=int, help="timed windows per cell")
+    bench.add_argument("--window-seconds", type=float, help="target length of a timed window")
+    bench.add_argument("--warmup-seconds", type=float, help="untimed steps before the windows")
+    bench.add_argument("--max-batch", type=int, help="largest batch the search may probe")
+    bench.set_defaults(handler=_command_bench)

@@ -1,0 +1,82 @@
+"""MLflow tracking for mptfx, behind two calls the CLI makes around a pipeline run.
+
+    store = tracking.resolve_store(config, workspace.root, out)   # before anything trains
+    ...                                                           # the pipeline runs
+    tracking.log_run(store, summary, out)                         # after summary.json
+
+`resolve_store` picks the store (`tracking.uri`, else MLFLOW_TRACKING_URI, else
+`sqlite:///<workspace>/mlflow.db`) and checks that a server answers: unreachable means one
+warning and the local store, or exit 2 with `tracking.required: true`. `log_run` records the
+run (params, per-epoch and final metrics, artifacts, registry aliases), adds
+`summary["mlflow"]` and rewrites summary.json. Tracking never fails a pipeline run that
+completed: if the server goes away mid-run, the run is recorded locally instead.
+
+The commands `mptfx compare`, `ui`, `sweep` and `tracking sync` live in `commands.py`.
+Nothing here imports MLflow or TensorFlow at import time.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, TextIO
+
+from components.tracking.store import TrackingStore, is_local_uri, server_host
+from components.tracking.store import resolve_store as _resolve
+
+__all__ = ["TrackingStore", "log_run", "resolve_store"]
+
+
+def resolve_store(config: Any, workspace_root: Path, out: TextIO) -> TrackingStore:
+    """Where this run will be recorded; prints the one warning when the server is down.
+
+    Raises TrackingServerUnreachable (a UsageError, exit 2, naming the host) when the server
+    does not answer and `tracking.required` is true.
+    """
+    store = _resolve(config.tracking, config.pipeline.name, config.pusher.model_name,
+                     Path(workspace_root))
+    if store.is_fallback:
+        print(store.fallback_warning(), file=out, flush=True)
+    return store
+
+
+def log_run(store: TrackingStore, summary: dict[str, Any], out: TextIO) -> dict[str, Any]:
+    """Record the finished run in MLflow, set `summary["mlflow"]`, rewrite summary.json.
+
+    Returns the `mlflow` section: run_id, experiment, tracking_uri, run_url, registered_model
+    (and pending_sync_to / sync_command when the run went to the local store instead).
+    """
+    from components.tracking.recorder import record_pipeline_run
+
+    try:
+        section = record_pipeline_run(store, summary)
+    except Exception as error:  # tracking must not fail a pipeline run that completed
+        section = {}
+        if not is_local_uri(store.uri):  # the server went away during the run
+            store = store.fall_back(_one_line(error))
+            print(store.fallback_warning(), file=out, flush=True)
+            try:
+                section = record_pipeline_run(store, summary)
+            except Exception as local_error:
+                error = local_error
+        if not section:
+            section = {"error": f"MLflow tracking failed: {_one_line(error)}",
+                       "tracking_uri": store.uri}
+            print(f"mptfx: warning: {section['error']}", file=out, flush=True)
+    summary["mlflow"] = section
+    Path(summary["summary_path"]).write_text(json.dumps(summary, indent=2, default=str))
+    if "run_id" in section:
+        where = section.get("run_url") or section["tracking_uri"]
+        model = section.get("registered_model") or {}
+        alias = f", {model['name']} v{model['version']}" if model else ""
+        alias += f" @{model['alias']}" if model.get("alias") else ""
+        pending = (f" (server {server_host(store.requested_uri)} pending: "
+                   f"{store.sync_command})" if store.is_fallback else "")
+        print(f"  mlflow: run {section['run_id']} in experiment {section['experiment']!r}"
+              f"{alias} -> {where}{pending}", file=out, flush=True)
+    return section
+
+
+def _one_line(error: BaseException) -> str:
+    lines = str(error).strip().splitlines()
+    return lines[0][:300] if lines else type(error).__name__

@@ -1,0 +1,210 @@
+"""The tracking sub-commands of `mptfx`.
+
+    mptfx compare [--experiment NAME] [--last N | RUN_ID ...] [--out DIR]
+                  [--format table|csv|json|markdown] [--workspace DIR] [--tracking-uri URI]
+    mptfx sweep --set trainer.precision=float32,mixed_float16 --set trainer.xla=off,on
+                [--workspace DIR] [--config FILE] [--data DIR] [--format ...] [--out DIR]
+    mptfx ui [--workspace DIR] [--host 127.0.0.1] [--port 5000]
+    mptfx tracking sync [--workspace DIR] [--to URI]
+
+Imports stay light (no MLflow, no TensorFlow) until a command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from components.tracking.compare import FORMATS
+from components.tracking.store import (
+    LOCAL_ARTIFACTS_DIR,
+    LOCAL_DB_NAME,
+    is_local_uri,
+    local_store_uri,
+    requested_tracking_uri,
+    require_reachable,
+)
+from pipelines.errors import EXIT_OK, UsageError
+
+DEFAULT_LAST = 10
+CONNECT_TIMEOUT_SECONDS = 5.0
+
+
+def _workspace_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--workspace", default="workspace",
+                        help="workspace folder (default ./workspace)")
+
+
+def _output_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--format", choices=FORMATS, default="table",
+                        help="table (best per column marked *), csv, json or markdown")
+    parser.add_argument("--out", help="folder for the PNG (default <workspace>/compare)")
+
+
+def register(commands: Any) -> None:
+    """Add `compare`, `sweep`, `ui` and `tracking sync` to the `mptfx` argparse tree."""
+    compare = commands.add_parser(
+        "compare", help="compare recorded runs side by side (table + PNG)",
+        description="Compare pipeline runs recorded in MLflow: precision, XLA, strategy, "
+        "batch, images/sec, accuracy, model sizes, wall time; the best in each column marked.")
+    compare.add_argument("runs", nargs="*", metavar="RUN_ID",
+                         help="MLflow run ids or TFX run ids (default: the last runs)")
+    compare.add_argument("--experiment", help="MLflow experiment (default: the experiment "
+                         "of the newest mptfx run)")
+    compare.add_argument("--last", type=int, metavar="N",
+                         help=f"compare the N newest runs (default {DEFAULT_LAST})")
+    compare.add_argument("--tracking-uri", help="MLflow store (default: $MLFLOW_TRACKING_URI, "
+                         "else sqlite:///<workspace>/mlflow.db)")
+    _workspace_argument(compare)
+    _output_arguments(compare)
+    compare.set_defaults(handler=command_compare)
+
+    sweep = commands.add_parser(
+        "sweep", help="run the pipeline for every combination of --set values, then compare",
+        description="Run the pipeline once per point of the grid (TFX's cache skips what did "
+        "not change), then print the compare table for those runs.")
+    sweep.add_argument("--set", action="append", required=True, metavar="KEY=V1,V2,...",
+                       help="a config key and its values, e.g. "
+                       "trainer.precision=float32,mixed_float16 (repeatable; one value = fixed)")
+    sweep.add_argument("--config", help="YAML config (default: configs/local.yaml when present)")
+    sweep.add_argument("--data", help="image or TFRecord folder, as for `mptfx run`")
+    _workspace_argument(sweep)
+    _output_arguments(sweep)
+    sweep.set_defaults(handler=command_sweep)
+
+    ui = commands.add_parser("ui", help="start the MLflow UI on the workspace's store")
+    _workspace_argument(ui)
+    ui.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1)")
+    ui.add_argument("--port", type=int, default=5000, help="port (default 5000)")
+    ui.set_defaults(handler=command_ui)
+
+    tracking = commands.add_parser("tracking", help="MLflow store maintenance")
+    actions = tracking.add_subparsers(dest="tracking_command", required=True, metavar="ACTION")
+    sync = actions.add_parser(
+        "sync", help="copy runs recorded locally while the server was down to the server")
+    _workspace_argument(sync)
+    sync.add_argument("--to", metavar="URI", help="server to copy to (default: the one each "
+                      "run was meant for)")
+    sync.set_defaults(handler=command_sync)
+
+
+def _now() -> str:
+    return datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+
+
+def _plot_path(args: argparse.Namespace, name: str) -> Path:
+    folder = Path(args.out) if args.out else Path(args.workspace) / "compare"
+    return folder.resolve() / f"{name}-{_now()}.png"
+
+
+def _open_store(uri: str, workspace: Path) -> Any:
+    from components.tracking.store import mlflow_client
+
+    if is_local_uri(uri):
+        database = Path(uri[len("sqlite:///"):]) if uri.startswith("sqlite:///") else None
+        if database is not None and not database.exists():
+            raise UsageError(f"no MLflow store at {database}; record a run first with "
+                             f"`mptfx run --workspace {workspace}`")
+    else:
+        require_reachable(uri, CONNECT_TIMEOUT_SECONDS,
+                          hint=f"compare the runs recorded locally with --tracking-uri "
+                          f"{local_store_uri(workspace)}")
+    return mlflow_client(uri)
+
+
+def _print_comparison(rows: list[dict], args: argparse.Namespace, uri: str, name: str) -> None:
+    from components.tracking.compare import format_rows, plot_runs
+
+    plot = plot_runs(rows, _plot_path(args, name))
+    print(format_rows(rows, args.format, extra={"tracking_uri": uri, "plot": str(plot)}))
+    if args.format == "table":
+        print(f"\nplot: {plot}")
+    elif args.format != "json":
+        print(f"plot: {plot}", file=sys.stderr)
+
+
+def command_compare(args: argparse.Namespace) -> int:
+    """`mptfx compare`: the table (or CSV/JSON/markdown) and the PNG."""
+    from components.tracking.compare import load_rows, resolve_runs
+
+    if args.runs and args.last is not None:
+        raise UsageError("give either RUN_IDs or --last N, not both")
+    if args.last is not None and args.last < 1:
+        raise UsageError(f"--last must be at least 1. Received: {args.last}")
+    workspace = Path(args.workspace).resolve()
+    uri = args.tracking_uri or requested_tracking_uri("", os.environ) or local_store_uri(
+        workspace)
+    client = _open_store(uri, workspace)
+    try:
+        runs = resolve_runs(client, args.runs, args.experiment, args.last or DEFAULT_LAST)
+    except LookupError as error:
+        raise UsageError(f"{error} in {uri}") from None
+    if not runs:
+        raise UsageError(f"no mptfx runs to compare in experiment {args.experiment!r} at {uri}")
+    _print_comparison(load_rows(client, runs), args, uri, "compare")
+    return EXIT_OK
+
+
+def command_sweep(args: argparse.Namespace) -> int:
+    """`mptfx sweep`: every grid point as a `mptfx run`, then the comparison of those runs."""
+    from components.tracking.sweep import GridError, expand_grid, parse_grid, run_sweep
+
+    try:
+        points = expand_grid(parse_grid(args.set))
+    except GridError as error:
+        raise UsageError(str(error)) from None
+
+    def report(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    done, exit_code = run_sweep(points, args.workspace, args.config, args.data, report)
+    recorded = [p for p in done if p.mlflow.get("run_id")]
+    if not recorded:
+        report("mptfx sweep: no run was recorded in MLflow; nothing to compare")
+        return exit_code
+    from components.tracking.compare import load_rows
+
+    rows: list[dict] = []
+    for point in recorded:
+        client = _open_store(point.mlflow["tracking_uri"], Path(args.workspace).resolve())
+        rows += load_rows(client, [client.get_run(point.mlflow["run_id"])])
+    _print_comparison(rows, args, recorded[-1].mlflow["tracking_uri"], "sweep")
+    return exit_code
+
+
+def command_ui(args: argparse.Namespace) -> int:
+    """`mptfx ui`: replace this process with `mlflow ui` on `<workspace>/mlflow.db`."""
+    workspace = Path(args.workspace).resolve()
+    database = workspace / LOCAL_DB_NAME
+    if not database.exists():
+        raise UsageError(f"no MLflow store at {database}; record a run first with "
+                         f"`mptfx run --workspace {args.workspace}`")
+    env = dict(os.environ)
+    # The UI needs no background job runner (GenAI evaluation jobs); it costs processes.
+    env.setdefault("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false")
+    argv = [sys.executable, "-m", "mlflow", "ui",
+            "--backend-store-uri", local_store_uri(workspace),
+            "--artifacts-destination", str(workspace / LOCAL_ARTIFACTS_DIR),
+            "--host", args.host, "--port", str(args.port), "--workers", "1"]
+    print(f"mptfx ui: MLflow UI for {database} on http://{args.host}:{args.port} "
+          f"(Ctrl+C stops it)", file=sys.stderr, flush=True)
+    os.execve(sys.executable, argv, env)
+    return EXIT_OK  # not reached
+
+
+def command_sync(args: argparse.Namespace) -> int:
+    """`mptfx tracking sync`: copy pending local runs to their server."""
+    from components.tracking.sync import sync_workspace
+
+    def report(line: str) -> None:
+        print(line, flush=True)
+
+    try:
+        sync_workspace(Path(args.workspace), args.to, CONNECT_TIMEOUT_SECONDS, report)
+    except FileNotFoundError as error:
+        raise UsageError(str(error)) from None
+    return EXIT_OK

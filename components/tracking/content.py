@@ -1,0 +1,300 @@
+"""What one pipeline run puts into MLflow: params, per-epoch and final metrics, tags.
+
+Everything is read from summary.json and the Trainer's training_summary.json after the run,
+so a run whose Trainer ran in another process (or pod, or was cached) is recorded the same
+way. Pure functions: no MLflow here.
+
+Metric names (step = Keras epoch index, 0-based like the TensorBoard logs):
+    per epoch   loss, accuracy, val_loss, val_accuracy, images_per_sec, loss_scale, ...
+    final       train/images_per_sec, eval/accuracy, eval/blessed, eval/recall_<class>,
+                tfma/<metric>, size/saved_model_bytes, tflite/<variant>_bytes|_agreement|...,
+                seconds/<Component>, seconds/train, seconds/wall, data/images, ...
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import subprocess
+from collections.abc import Mapping
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+# MLflow's limits for one param value and one tag value.
+_MAX_PARAM_LENGTH = 6000
+_MAX_TAG_LENGTH = 5000
+_VERSIONED_PACKAGES = {"tfx": "tfx", "tensorflow": "tensorflow", "mptfx": "mptfx",
+                       "mlflow": "mlflow"}
+_TFLITE_FIELDS = ("bytes", "agreement", "accuracy", "accuracy_delta", "latency_ms")
+
+
+def read_training_summary(summary: Mapping[str, Any]) -> dict[str, Any]:
+    """The Trainer's training_summary.json (with its per-epoch `history`), or {}.
+
+    It lives in the Trainer's model_run artifact, the parent of the TensorBoard log folder.
+    """
+    logs = (summary.get("trainer") or {}).get("tensorboard_logs")
+    if not logs:
+        return {}
+    try:
+        return json.loads((Path(logs).parent / "training_summary.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def epoch_metrics(training: Mapping[str, Any]) -> dict[str, list[tuple[int, float]]]:
+    """Per-epoch series as (epoch, value): Keras' history plus the Trainer's images/sec and
+    loss scale lists. Epochs without a value (e.g. no loss scale in float32) are left out."""
+    series = {key: list(values) for key, values in (training.get("history") or {}).items()
+              if isinstance(values, list)}
+    for name in ("images_per_sec", "loss_scale"):
+        listed = training.get(f"{name}_per_epoch")
+        if name not in series and isinstance(listed, list):
+            series[name] = listed
+    points = {key: [(epoch, float(value)) for epoch, value in enumerate(values)
+                    if _is_number(value) and math.isfinite(value)]
+              for key, values in series.items()}
+    return {key: values for key, values in points.items() if values}
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _flatten(prefix: str, value: Any) -> dict[str, Any]:
+    if isinstance(value, Mapping) and value:
+        flat: dict[str, Any] = {}
+        for key, inner in value.items():
+            flat.update(_flatten(f"{prefix}.{key}", inner))
+        return flat
+    return {prefix: value}
+
+
+def _text(value: Any, limit: int) -> str:
+    if isinstance(value, bool):
+        text = str(value).lower()
+    elif isinstance(value, (list, dict)):
+        text = json.dumps(value, sort_keys=True)
+    else:
+        text = str(value)
+    return text[:limit]
+
+
+def describe_host() -> str:
+    """`CPU: <model name> (<n> cores)` for the machine this process runs on."""
+    name = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                name = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"CPU: {name} ({os.cpu_count()} cores)"
+
+
+def _device(training: Mapping[str, Any]) -> str:
+    for key in ("device", "devices", "device_description"):
+        value = training.get(key)
+        if isinstance(value, list) and value:
+            return ", ".join(
+                f"{d.get('kind', '?')} {d.get('name', '')}".strip() if isinstance(d, Mapping)
+                else str(d) for d in value
+            )
+        if value:
+            return str(value)
+    return describe_host() + " [host that recorded the run]"
+
+
+def run_params(summary: Mapping[str, Any], training: Mapping[str, Any]) -> dict[str, str]:
+    """The run's settings: the Trainer's resolved choices first, then every config key as
+    `config.<section>.<key>` (so a sweep's `--set` keys can be compared)."""
+    trainer = {**training, **(summary.get("trainer") or {})}
+    config = summary.get("config") or {}
+    requested = config.get("trainer") or {}
+    input_size = trainer.get("input_size")
+    accumulation = next((trainer[k] for k in ("grad_accum_steps", "gradient_accumulation_steps")
+                         if trainer.get(k) is not None),
+                        requested.get("grad_accum_steps", 1))
+    loss_scale = _mapping(trainer.get("loss_scale"))
+    params: dict[str, Any] = {
+        "model": trainer.get("model") or (config.get("model") or {}).get("name"),
+        "input_size": "x".join(str(v) for v in input_size) if input_size else None,
+        "channels": trainer.get("channels"),
+        "precision": trainer.get("precision"),
+        "precision_reason": trainer.get("precision_reason"),
+        "precision_requested": requested.get("precision"),
+        "strategy": trainer.get("strategy"),
+        "replicas": trainer.get("replicas"),
+        "xla": _on_off(trainer.get("xla")),
+        "xla_reason": trainer.get("xla_reason"),
+        "xla_requested": requested.get("xla"),
+        "batch_size_per_replica": trainer.get("batch_size"),
+        "global_batch_size": trainer.get("global_batch_size"),
+        "gradient_accumulation_steps": accumulation,
+        "effective_batch_size": trainer.get("effective_batch_size"),
+        "loss_scale_dynamic": loss_scale.get("dynamic"),
+        "loss_scale_initial": loss_scale.get("initial"),
+        "task": trainer.get("task"),
+        "warm_started_from": trainer.get("warm_started_from"),
+        "learning_rate": trainer.get("learning_rate"),
+        "epochs": trainer.get("epochs"),
+        "device": _device(trainer),
+        "train_examples": trainer.get("train_examples"),
+        "eval_examples": trainer.get("eval_examples"),
+        "data_root": summary.get("data_root"),
+    }
+    params.update(_flatten("config", config))
+    return {key: _text(value, _MAX_PARAM_LENGTH) for key, value in params.items()
+            if value is not None and value != ""}
+
+
+def _on_off(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value
+    return "on" if value else "off"
+
+
+def final_metrics(summary: Mapping[str, Any], tfma_metrics: Mapping[str, float]) -> dict:
+    """Single-value results of the run: throughput, TFMA evaluation, sizes, timings."""
+    trainer = summary.get("trainer") or {}
+    evaluation = summary.get("eval") or {}
+    data = summary.get("data") or {}
+    metrics: dict[str, Any] = {
+        "train/images_per_sec": trainer.get("images_per_sec"),
+        "seconds/train": trainer.get("train_seconds"),
+        "train/skipped_steps": trainer.get("skipped_steps"),
+        "train/final_loss_scale": _mapping(trainer.get("loss_scale")).get("final"),
+        "seconds/wall": summary.get("wall_seconds"),
+        "data/images": data.get("images"),
+        "data/quarantined": data.get("quarantined"),
+        "eval/accuracy": evaluation.get("accuracy"),
+        "eval/baseline_accuracy": evaluation.get("baseline_accuracy"),
+    }
+    if evaluation:
+        metrics["eval/blessed"] = 1.0 if evaluation.get("blessed") else 0.0
+    labels = trainer.get("label_names") or []
+    for label, recall in (evaluation.get("recall_per_class") or {}).items():
+        index = int(label) if str(label).isdigit() else None
+        name = labels[index] if index is not None and index < len(labels) else label
+        metrics[f"eval/recall_{name}"] = recall
+    for name, value in tfma_metrics.items():
+        metrics[f"tfma/{name}"] = value
+    for name, info in (summary.get("components") or {}).items():
+        metrics[f"seconds/{name}"] = info.get("seconds")
+    metrics["size/saved_model_bytes"] = saved_model_bytes(summary)
+    for variant, info in (summary.get("tflite") or {}).items():
+        if not isinstance(info, Mapping):
+            continue
+        for field in _TFLITE_FIELDS:
+            metrics[f"tflite/{variant}_{field}"] = info.get(field)
+        metrics[f"tflite/{variant}_published"] = 1.0 if info.get("published") else 0.0
+    pushed = summary.get("pushed") or {}
+    if pushed.get("pushed") and str(pushed.get("version", "")).isdigit():
+        metrics["pushed/version"] = int(pushed["version"])
+    return {key: float(value) for key, value in metrics.items()
+            if _is_number(value) and math.isfinite(value)}
+
+
+def serving_model_dir(summary: Mapping[str, Any]) -> str | None:
+    """The SavedModel folder TF Serving loads: the pushed version, else the Trainer's."""
+    pushed = summary.get("pushed") or {}
+    if pushed.get("pushed") and pushed.get("path"):
+        return str(pushed["path"])
+    model_uri = (summary.get("trainer") or {}).get("model_uri")
+    return os.path.join(model_uri, "Format-Serving") if model_uri else None
+
+
+def saved_model_bytes(summary: Mapping[str, Any]) -> int | None:
+    """Total size of the serving SavedModel's files, None when it is not on this machine."""
+    folder = serving_model_dir(summary)
+    if not folder or not os.path.isdir(folder):
+        return None
+    return sum(
+        os.path.getsize(os.path.join(root, name))
+        for root, _, files in os.walk(folder) for name in files
+    )
+
+
+def git_commit(cwd: str | None = None) -> str | None:
+    """`git rev-parse HEAD` in `cwd`, or None outside a repository (or without git)."""
+    try:
+        completed = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True,
+                                   text=True, timeout=10, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    commit = completed.stdout.strip()
+    return commit if completed.returncode == 0 and len(commit) == 40 else None
+
+
+def package_versions() -> dict[str, str]:
+    """Installed versions of TFX, TensorFlow, mptfx and MLflow ("unknown" when missing)."""
+    versions = {}
+    for label, package in _VERSIONED_PACKAGES.items():
+        try:
+            versions[label] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            versions[label] = "unknown"
+    return versions
+
+
+def run_tags(
+    summary: Mapping[str, Any], commit: str | None, versions: Mapping[str, str]
+) -> dict[str, str]:
+    """Lineage tags: the TFX run id, each component's MLMD execution id and state, the git
+    commit, library versions and the TensorBoard log folder."""
+    evaluation = summary.get("eval") or {}
+    pushed = summary.get("pushed") or {}
+    logs = (summary.get("trainer") or {}).get("tensorboard_logs")
+    tags: dict[str, Any] = {
+        "mptfx.tfx_run_id": summary.get("run_id"),
+        "mptfx.pipeline": summary.get("pipeline"),
+        "mptfx.status": summary.get("status"),
+        "mptfx.workspace": summary.get("workspace"),
+        "mptfx.summary_path": summary.get("summary_path"),
+        "mptfx.log_path": summary.get("log_path"),
+        "mptfx.error": summary.get("error"),
+        "mptfx.blessed": None if not evaluation else bool(evaluation.get("blessed")),
+        "mptfx.pushed_version": pushed.get("version") if pushed.get("pushed") else None,
+        "mptfx.pushed_path": pushed.get("path") if pushed.get("pushed") else None,
+        "tensorboard_logs": logs,
+        "tensorboard_command": f"tensorboard --logdir {logs}" if logs else None,
+        "mlflow.source.name": "mptfx run",
+    }
+    for name, info in (summary.get("components") or {}).items():
+        tags[f"mlmd.execution_id.{name}"] = info.get("execution_id")
+        tags[f"tfx.component_status.{name}"] = info.get("status")
+    if commit:
+        tags["mlflow.source.git.commit"] = commit
+        tags["git_commit"] = commit
+    for label, version in versions.items():
+        tags[f"version.{label}"] = version
+    return {key: _text(value, _MAX_TAG_LENGTH) for key, value in tags.items()
+            if value is not None and value != ""}
+
+
+def evaluation_report(
+    summary: Mapping[str, Any], tfma_metrics: Mapping[str, float]
+) -> dict[str, Any]:
+    """The Evaluator's verdict in one JSON document: blessing, reasons, thresholds, metrics."""
+    evaluation = dict(summary.get("eval") or {})
+    thresholds = (summary.get("config") or {}).get("evaluator") or {}
+    return {
+        "blessed": evaluation.pop("blessed", None),
+        "accuracy": evaluation.pop("accuracy", None),
+        "baseline_accuracy": evaluation.pop("baseline_accuracy", None),
+        "why_not_blessed": evaluation.pop("why_not_blessed", []),
+        "thresholds": thresholds,
+        "recall_per_class": evaluation.pop("recall_per_class", {}),
+        "tfma_metrics": dict(tfma_metrics),
+        **evaluation,
+    }

@@ -1,0 +1,110 @@
+"""A short model card (markdown) for one pipeline run: data, metrics, precision, intended use.
+
+    text = render_model_card(summary, training_summary)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+
+def _fmt(value: Any, digits: int = 4) -> str:
+    if value is None:
+        return "n/a"
+    if isinstance(value, float):
+        return f"{value:.{digits}g}"
+    return str(value)
+
+
+def _data_lines(summary: Mapping[str, Any]) -> list[str]:
+    data = summary.get("data") or {}
+    config = (summary.get("config") or {}).get("data") or {}
+    splits = data.get("split_counts") or {}
+    lines = [
+        f"- Source: `{config.get('source', 'n/a')}` (read from `{summary.get('data_root')}`)",
+        f"- Images: {_fmt(data.get('images'))}, quarantined (undecodable): "
+        f"{_fmt(data.get('quarantined', 0))}",
+    ]
+    if splits:
+        lines.append("- Splits: " + ", ".join(f"{k} {v}" for k, v in splits.items()))
+    return lines
+
+
+def _training_lines(trainer: Mapping[str, Any]) -> list[str]:
+    size = trainer.get("input_size") or []
+    xla = trainer.get("xla")
+    xla_text = xla if isinstance(xla, str) else ("on" if xla else "off")
+    return [
+        f"- Model: `{trainer.get('model')}`, input {'x'.join(map(str, size)) or 'n/a'} "
+        f"with {_fmt(trainer.get('channels'))} channel(s), "
+        f"{len(trainer.get('label_names') or [])} classes",
+        f"- Precision: **{trainer.get('precision')}** ({trainer.get('precision_reason')})",
+        f"- XLA: {xla_text} ({trainer.get('xla_reason', 'n/a')}); strategy "
+        f"{trainer.get('strategy')} on {_fmt(trainer.get('replicas'))} replica(s)",
+        f"- Batch: {_fmt(trainer.get('batch_size'))} per replica, "
+        f"{_fmt(trainer.get('global_batch_size'))} global; learning rate "
+        f"{_fmt(trainer.get('learning_rate'))}; {_fmt(trainer.get('epochs'))} epochs",
+        f"- Throughput: {_fmt(trainer.get('images_per_sec'), 5)} images/sec",
+    ]
+
+
+def _metric_lines(summary: Mapping[str, Any]) -> list[str]:
+    evaluation = summary.get("eval") or {}
+    if not evaluation:
+        return ["- Not evaluated."]
+    verdict = "BLESSED" if evaluation.get("blessed") else (
+        "not blessed: " + "; ".join(evaluation.get("why_not_blessed") or []))
+    lines = [f"- Eval accuracy (TFMA): **{_fmt(evaluation.get('accuracy'))}** — {verdict}"]
+    if evaluation.get("baseline_accuracy") is not None:
+        lines.append(f"- Baseline (latest blessed model): {evaluation['baseline_accuracy']}")
+    recall = evaluation.get("recall_per_class") or {}
+    if recall:
+        worst = min(recall, key=recall.get)
+        lines.append(f"- Per-class recall: lowest {recall[worst]} (class {worst}); "
+                     + ", ".join(f"{k}: {v}" for k, v in recall.items()))
+    for variant, info in (summary.get("tflite") or {}).items():
+        if isinstance(info, Mapping):
+            lines.append(f"- TF Lite {variant}: {_fmt(info.get('bytes'))} bytes, top-1 agreement "
+                         f"{_fmt(info.get('agreement'))} with the SavedModel, published: "
+                         f"{'yes' if info.get('published') else 'no'}")
+    return lines
+
+
+def render_model_card(summary: Mapping[str, Any], training: Mapping[str, Any]) -> str:
+    """Markdown describing the model this run produced."""
+    trainer = {**training, **(summary.get("trainer") or {})}
+    trainer.pop("history", None)
+    pushed = summary.get("pushed") or {}
+    labels = trainer.get("label_names") or []
+    model_name = ((summary.get("config") or {}).get("pusher") or {}).get("model_name", "model")
+    serving = (f"TF Serving version {pushed.get('version')} at `{pushed.get('path')}`"
+               if pushed.get("pushed") else "not pushed to serving")
+    logs = trainer.get("tensorboard_logs")
+    sections = [
+        f"# Model card: {model_name} (run {summary.get('run_id')})",
+        "",
+        "## Intended use",
+        f"Classifies single images into one of {len(labels)} classes "
+        f"({', '.join(labels[:12])}{', ...' if len(labels) > 12 else ''}). Inputs are resized "
+        "to the training size in the serving graph. Use on images like the training data; "
+        "it was not evaluated on other distributions, and it is not meant for decisions "
+        "about people.",
+        "",
+        "## Data",
+        *_data_lines(summary),
+        "",
+        "## Training",
+        *_training_lines(trainer),
+        "",
+        "## Metrics",
+        *_metric_lines(summary),
+        "",
+        "## Lineage",
+        f"- Pipeline `{summary.get('pipeline')}`, TFX run `{summary.get('run_id')}`, "
+        f"status {summary.get('status')}",
+        f"- Serving: {serving}",
+        f"- TensorBoard: `tensorboard --logdir {logs}`" if logs else "- TensorBoard: n/a",
+        f"- summary.json: `{summary.get('summary_path')}`",
+    ]
+    return "\n".join(sections) + "\n"

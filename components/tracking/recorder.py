@@ -1,0 +1,163 @@
+"""Record one finished pipeline run as one MLflow run, read back from summary.json.
+
+    section = record_pipeline_run(store, summary)   # summary["mlflow"] == section
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from components.tracking import content, registry
+from components.tracking.model_card import render_model_card
+from components.tracking.store import (
+    SYNC_TO_TAG,
+    TrackingStore,
+    ensure_experiment,
+    is_local_uri,
+    mlflow_client,
+)
+
+_RUN_STATUS = {"completed": "FINISHED", "failed": "FAILED", "skipped": "FINISHED"}
+# MLflow's per-request limits for log_batch.
+_BATCH_PARAMS, _BATCH_TAGS, _BATCH_METRICS = 100, 100, 1000
+
+
+def read_tfma_metrics(evaluation_uri: str | None) -> dict[str, float]:
+    """Overall-slice TFMA metrics of the candidate (`name`) and baseline (`baseline/name`)."""
+    if not evaluation_uri or not os.path.isdir(evaluation_uri):
+        return {}
+    try:
+        import tensorflow_model_analysis as tfma
+
+        results = tfma.load_metrics(evaluation_uri)
+    except Exception:  # an unreadable report leaves the other metrics intact
+        return {}
+    metrics: dict[str, float] = {}
+    for slice_metrics in results:
+        if slice_metrics.slice_key.single_slice_keys:
+            continue
+        for entry in slice_metrics.metric_keys_and_values:
+            key = entry.key
+            if key.is_diff or not entry.value.HasField("double_value"):
+                continue
+            prefix = "baseline/" if key.model_name == "baseline" else ""
+            metrics[prefix + key.name] = entry.value.double_value.value
+    return metrics
+
+
+def log_in_batches(
+    client: Any,
+    run_id: str,
+    params: Mapping[str, str] | None = None,
+    metrics: list | None = None,
+    tags: Mapping[str, str] | None = None,
+) -> None:
+    """`log_batch` within MLflow's per-request limits (100 params, 100 tags, 1000 metrics)."""
+    from mlflow.entities import Param, RunTag
+
+    param_list = [Param(k, v) for k, v in (params or {}).items()]
+    tag_list = [RunTag(k, v) for k, v in (tags or {}).items()]
+    metric_list = list(metrics or [])
+    for start in range(0, len(param_list), _BATCH_PARAMS):
+        client.log_batch(run_id, params=param_list[start:start + _BATCH_PARAMS])
+    for start in range(0, len(tag_list), _BATCH_TAGS):
+        client.log_batch(run_id, tags=tag_list[start:start + _BATCH_TAGS])
+    for start in range(0, len(metric_list), _BATCH_METRICS):
+        client.log_batch(run_id, metrics=metric_list[start:start + _BATCH_METRICS])
+
+
+def _metric_entities(summary: Mapping[str, Any], training: Mapping[str, Any],
+                     tfma_metrics: Mapping[str, float]) -> list:
+    from mlflow.entities import Metric
+
+    now = int(time.time() * 1000)
+    entities = [
+        Metric(name, value, now, epoch)
+        for name, points in content.epoch_metrics(training).items()
+        for epoch, value in points
+    ]
+    entities += [Metric(name, value, now, 0)
+                 for name, value in content.final_metrics(summary, tfma_metrics).items()]
+    return entities
+
+
+def _log_artifacts(client: Any, run_id: str, summary: Mapping[str, Any],
+                   training: Mapping[str, Any], tfma_metrics: Mapping[str, float]) -> None:
+    with tempfile.TemporaryDirectory(prefix="mptfx-mlflow-") as folder:
+        staged = Path(folder)
+        (staged / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+        (staged / "model_card.md").write_text(render_model_card(summary, training))
+        if training:
+            (staged / "training_summary.json").write_text(json.dumps(training, indent=2))
+        evaluation = summary.get("eval") or {}
+        if evaluation:
+            report = staged / "evaluation"
+            report.mkdir()
+            (report / "report.json").write_text(json.dumps(
+                content.evaluation_report(summary, tfma_metrics), indent=2, default=str))
+        client.log_artifacts(run_id, str(staged))
+    tfma_dir = evaluation.get("evaluation_uri")
+    if tfma_dir and os.path.isdir(tfma_dir):
+        client.log_artifacts(run_id, tfma_dir, "evaluation/tfma")
+
+
+def _run_url(store: TrackingStore, experiment_id: str, run_id: str) -> str | None:
+    if is_local_uri(store.uri):
+        return None
+    return f"{store.uri.rstrip('/')}/#/experiments/{experiment_id}/runs/{run_id}"
+
+
+def record_pipeline_run(store: TrackingStore, summary: dict[str, Any]) -> dict[str, Any]:
+    """Create the MLflow run for `summary` in `store` and log everything; return the
+    `summary["mlflow"]` section (also set on `summary` before summary.json is logged)."""
+    client = mlflow_client(store.uri)
+    experiment_id = ensure_experiment(client, store.experiment, store.artifact_location)
+    training = content.read_training_summary(summary)
+    tfma_metrics = read_tfma_metrics((summary.get("eval") or {}).get("evaluation_uri"))
+    tags = content.run_tags(summary, content.git_commit(), content.package_versions())
+    if store.is_fallback:
+        tags[SYNC_TO_TAG] = store.requested_uri
+    # The MLflow run spans the pipeline run, so its duration in the UI is the wall time.
+    started = time.time() - float(summary.get("wall_seconds") or 0)
+    run = client.create_run(experiment_id, start_time=int(started * 1000),
+                            run_name=str(summary.get("run_id")), tags=tags)
+    run_id = run.info.run_id
+    section: dict[str, Any] = {
+        "run_id": run_id,
+        "experiment": store.experiment,
+        "experiment_id": experiment_id,
+        "tracking_uri": store.uri,
+        "artifact_uri": run.info.artifact_uri,
+        "run_url": _run_url(store, experiment_id, run_id),
+        "registered_model": None,
+    }
+    if store.is_fallback:
+        section.update(pending_sync_to=store.requested_uri, sync_command=store.sync_command,
+                       unreachable_reason=store.unreachable_reason)
+    summary["mlflow"] = section
+    try:
+        log_in_batches(client, run_id, params=content.run_params(summary, training),
+                       metrics=_metric_entities(summary, training, tfma_metrics))
+        if store.register_model:
+            section["registered_model"] = registry.register_run_model(
+                client, run, summary, store.model_name)
+        client.set_tag(run_id, "mlflow.note.content", render_model_card(summary, training))
+        _log_artifacts(client, run_id, summary, training, tfma_metrics)
+    except BaseException:
+        _terminate_quietly(client, run_id, "FAILED")
+        raise
+    client.set_terminated(run_id, _RUN_STATUS.get(str(summary.get("status")), "FAILED"))
+    return section
+
+
+def _terminate_quietly(client: Any, run_id: str, status: str) -> None:
+    try:
+        client.set_terminated(run_id, status)
+    except Exception:  # the original error is the one to report
+        pass

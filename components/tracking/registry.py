@@ -1,0 +1,149 @@
+"""The MLflow Model Registry side: one version per trained model, aliases champion/challenger.
+
+- The Pusher published the model → its SavedModel is registered under the model name and
+  holds the alias `champion` (what TF Serving serves).
+- The Evaluator did not bless it → it is registered and holds `challenger`.
+
+A model (identified by the Trainer's artifact URI) is registered once: a re-run that reuses
+it from TFX's cache points at the existing version instead of adding a copy, and moves an
+alias only when the deciding component (Pusher or Evaluator) ran in this run.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from components.tracking.content import serving_model_dir
+
+CHAMPION = "champion"
+CHALLENGER = "challenger"
+SERVING_ARTIFACT = "serving_model"
+MODEL_URI_TAG = "mptfx.model_uri"
+# Run tags that let `mptfx tracking sync` redo the registration on a server.
+REGISTERED_MODEL_TAG = "mptfx.registered_model"
+REGISTERED_VERSION_TAG = "mptfx.registered_version"
+REGISTERED_ALIAS_TAG = "mptfx.registered_alias"
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A model this run may register: which alias it earns, and where its files are."""
+
+    alias: str
+    model_dir: str
+    model_uri: str
+    decided_now: bool
+
+
+def choose_candidate(summary: Mapping[str, Any]) -> Candidate | None:
+    """champion for a pushed model, challenger for an evaluated, unblessed one, else None."""
+    trainer = summary.get("trainer") or {}
+    evaluation = summary.get("eval") or {}
+    components = summary.get("components") or {}
+    model_uri = trainer.get("model_uri")
+    folder = serving_model_dir(summary)
+    if not model_uri or not folder:
+        return None
+    if (summary.get("pushed") or {}).get("pushed"):
+        ran = (components.get("Pusher") or {}).get("status") == "completed"
+        return Candidate(CHAMPION, folder, model_uri, ran)
+    if evaluation and not evaluation.get("blessed"):
+        ran = (components.get("Evaluator") or {}).get("status") == "completed"
+        return Candidate(CHALLENGER, folder, model_uri, ran)
+    return None
+
+
+def find_version(client: Any, model_name: str, model_uri: str) -> Any | None:
+    """The registered version of `model_name` made from the Trainer artifact `model_uri`."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        versions = client.search_model_versions(f"name = '{model_name}'")
+    except MlflowException:
+        return None
+    matching = [v for v in versions if (v.tags or {}).get(MODEL_URI_TAG) == model_uri]
+    return max(matching, key=lambda v: int(v.version)) if matching else None
+
+
+def ensure_registered_model(client: Any, model_name: str) -> None:
+    """Create the registered model `model_name` unless it exists."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        client.get_registered_model(model_name)
+    except MlflowException:
+        try:
+            client.create_registered_model(
+                model_name, description="Registered by mptfx: champion = served by TF Serving, "
+                "challenger = latest evaluated model that was not blessed.")
+        except MlflowException:
+            client.get_registered_model(model_name)  # created concurrently; else re-raise
+
+
+def set_alias(client: Any, model_name: str, alias: str, version: Any) -> None:
+    """Point `alias` at `version`; a new champion stops being the challenger."""
+    client.set_registered_model_alias(model_name, alias, version.version)
+    if alias != CHAMPION:
+        return
+    # Version objects from searches do not always carry aliases; the registered model does.
+    aliases = client.get_registered_model(model_name).aliases or {}
+    if str(aliases.get(CHALLENGER)) == str(version.version):
+        client.delete_registered_model_alias(model_name, CHALLENGER)
+
+
+def create_version(
+    client: Any, run_id: str, artifact_uri: str, model_name: str, tags: Mapping[str, str]
+) -> Any:
+    """Register the run's `serving_model/` artifact as a new version of `model_name`."""
+    ensure_registered_model(client, model_name)
+    return client.create_model_version(
+        model_name, source=f"{artifact_uri.rstrip('/')}/{SERVING_ARTIFACT}", run_id=run_id,
+        tags=dict(tags),
+    )
+
+
+def register_run_model(
+    client: Any, run: Any, summary: Mapping[str, Any], model_name: str
+) -> dict[str, Any] | None:
+    """Register this run's model (logging its SavedModel as `serving_model/`) and set its alias.
+
+    Returns {"name", "version", "alias", "source"} (alias None when left unchanged), or None
+    when the run produced nothing to register.
+    """
+    candidate = choose_candidate(summary)
+    if candidate is None:
+        return None
+    run_id = run.info.run_id
+    version = find_version(client, model_name, candidate.model_uri)
+    if version is None:
+        if not os.path.isdir(candidate.model_dir):
+            return None
+        client.log_artifacts(run_id, candidate.model_dir, SERVING_ARTIFACT)
+        evaluation = summary.get("eval") or {}
+        pushed = summary.get("pushed") or {}
+        tags = {
+            MODEL_URI_TAG: candidate.model_uri,
+            "mptfx.tfx_run_id": str(summary.get("run_id")),
+            "precision": str((summary.get("trainer") or {}).get("precision")),
+            "eval_accuracy": str(evaluation.get("accuracy")),
+            "blessed": str(bool(evaluation.get("blessed"))).lower(),
+        }
+        if pushed.get("pushed"):
+            tags.update({"serving_path": str(pushed.get("path")),
+                         "serving_version": str(pushed.get("version"))})
+        version = create_version(client, run_id, run.info.artifact_uri, model_name, tags)
+        moved = True
+    else:
+        moved = candidate.decided_now
+    if moved:
+        set_alias(client, model_name, candidate.alias, version)
+    client.set_tag(run_id, REGISTERED_MODEL_TAG, model_name)
+    client.set_tag(run_id, REGISTERED_VERSION_TAG, str(version.version))
+    client.set_tag(run_id, MODEL_URI_TAG, candidate.model_uri)
+    if moved:
+        client.set_tag(run_id, REGISTERED_ALIAS_TAG, candidate.alias)
+    return {"name": model_name, "version": str(version.version),
+            "alias": candidate.alias if moved else None, "source": version.source}

@@ -1,0 +1,124 @@
+"""A functional Keras model whose train step also reports what the callbacks watch.
+
+Keras' own TensorFlow train step (keras/src/backend/tensorflow/trainer.py), plus:
+
+- `gradient_norm`: the global L2 norm of the unscaled gradients, averaged over the epoch's
+  finite steps (the seed's "watch gradient_norm"); under several replicas, each replica's
+  norm of its own batch, averaged;
+- `step_loss`: this step's own loss (the `loss` in logs is the running epoch mean, which one
+  NaN poisons for the rest of the epoch);
+- `step_skipped`: 1.0 when dynamic loss scaling skipped this step (inf/NaN gradients).
+
+`step_loss` and `step_skipped` are per-batch signals for `DivergenceGuard`; the callbacks
+remove them from the epoch logs.
+
+Example:
+
+    model = TrainingModel.wrap(build_model("seed_cnn", (16, 16, 1), 10))
+    model.compile(optimizer, loss, metrics, auto_scale_loss=False)
+"""
+
+from __future__ import annotations
+
+import keras
+import tensorflow as tf
+
+from components.trainer.optimizer import skips_nonfinite_steps
+
+STEP_LOSS = "step_loss"
+STEP_SKIPPED = "step_skipped"
+GRADIENT_NORM = "gradient_norm"
+PER_STEP_KEYS = (STEP_LOSS, STEP_SKIPPED)
+
+
+class TrainingModel(keras.Model):
+    """The registry model's layers, trained with an instrumented train step.
+
+    Its weights are the wrapped model's weights in the same order, so `get_weights()`
+    matches a fresh build of the same registry model.
+    """
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)
+        self.gradient_norm_tracker = keras.metrics.Mean(name=GRADIENT_NORM)
+
+    @classmethod
+    def wrap(cls, model: keras.Model) -> TrainingModel:
+        """A `TrainingModel` over the layers of the functional `model` (shared, not copied)."""
+        return cls(inputs=model.inputs, outputs=model.outputs, name=model.name)
+
+    def train_step(self, data: object) -> dict[str, tf.Tensor]:
+        """One optimizer step on a batch; returns the metrics plus the per-step signals."""
+        x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
+        batch_size = tf.shape(tf.nest.flatten(x)[0])[0]
+        with tf.GradientTape() as tape:
+            y_pred = self(x, training=True)
+            # Already divided by the replica count, so gradients all-reduce to the mean.
+            loss = self.compute_loss(x, y, y_pred, sample_weight, training=True)
+            step_loss = loss * tf.cast(
+                tf.distribute.get_strategy().num_replicas_in_sync, loss.dtype
+            )
+            self._loss_tracker.update_state(step_loss, sample_weight=batch_size)
+            scaled_loss = self.optimizer.scale_loss(loss)
+        trainable_weights = self.trainable_weights
+        gradients = tape.gradient(scaled_loss, trainable_weights)
+        finite = tf.reduce_all(
+            [tf.reduce_all(tf.math.is_finite(g)) for g in gradients if g is not None]
+        )
+        # scale_loss(1) is the loss scale in use: dynamic, fixed, or 1 without scaling.
+        scale = tf.cast(self.optimizer.scale_loss(tf.ones([], tf.float32)), tf.float32)
+        norm = tf.linalg.global_norm(
+            [tf.cast(g, tf.float32) for g in gradients if g is not None]
+        ) / scale
+        # An overflow step says nothing about the gradients' size: leave it out (a weight
+        # of 0 alone would still turn the mean into NaN: 0 * inf).
+        self.gradient_norm_tracker.update_state(
+            tf.where(finite, norm, 0.0), sample_weight=tf.cast(finite, tf.float32)
+        )
+        self.optimizer.apply_gradients(zip(gradients, trainable_weights, strict=True))
+        skipped = tf.logical_and(tf.logical_not(finite), skips_nonfinite_steps(self.optimizer))
+        results = self.compute_metrics(x, y, y_pred, sample_weight=sample_weight)
+        results[STEP_LOSS] = step_loss
+        results[STEP_SKIPPED] = tf.cast(skipped, tf.float32)
+        return _reducible_across_workers(results)
+
+    def _maybe_symbolic_build(self, iterator: object = None, data_batch: object = None) -> None:
+        # Keras 3.12 builds the model from the first distributed batch, averaged with
+        # strategy.reduce, which MultiWorkerMirroredStrategy cannot do for an (x, y) tuple
+        # ("Attempt to convert a value (PerReplica...)", keras-team/keras#20585). Only the
+        # shapes matter: use this worker's first replica's batch instead.
+        strategy = self._distribute_strategy
+        if strategy is None or iterator is None:
+            super()._maybe_symbolic_build(iterator=iterator, data_batch=data_batch)
+            return
+        for _, _, batches in iterator:
+            data_batch = tf.nest.map_structure(
+                lambda value: strategy.experimental_local_results(value)[0]
+                if isinstance(value, tf.distribute.DistributedValues)
+                else value,
+                next(batches),
+            )
+            break
+        with strategy.scope():
+            self._symbolic_build(data_batch=data_batch)
+
+    def test_step(self, data: object) -> dict[str, tf.Tensor]:
+        """Keras' evaluation step, without the train-only gradient norm."""
+        results = super().test_step(data)
+        results.pop(GRADIENT_NORM, None)
+        return _reducible_across_workers(results)
+
+
+def _reducible_across_workers(results: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+    """Gives each scalar a length-1 axis under MultiWorkerMirroredStrategy.
+
+    Keras 3.12 averages step results across workers with `strategy.reduce("MEAN", v,
+    axis=0)`, which fails for scalars ("Invalid reduction dimension 0 for input with 0
+    dimensions"); averaged over that axis they come back as scalars.
+    """
+    strategy = tf.distribute.get_strategy()
+    if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        return results
+    if not strategy.extended._in_multi_worker_mode():  # noqa: SLF001  (one worker: local)
+        return results
+    return {key: tf.reshape(value, [1]) for key, value in results.items()}

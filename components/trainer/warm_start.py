@@ -1,0 +1,118 @@
+"""Keras weights inside the Model artifact, and warm-starting from a base model's.
+
+Every Trainer run saves the float32 model's weights to
+`<Model artifact>/Format-Keras/model.weights.h5`, beside `Format-Serving`. With
+`trainer.warm_start: true` and a base model (TFX passes the Trainer's `base_model` input
+as `fn_args.base_model`, its `Format-Serving` folder), training starts from the base
+model's weights; a base model of another architecture is reported in one log line and
+training starts from scratch.
+
+Example:
+
+    started_from = warm_start_weights(model, "seed_cnn", {}, (16, 16, 1), 10,
+                                      fn_args.base_model)
+    ...
+    save_keras_weights(float_model, fn_args.serving_model_dir)
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+import keras
+import numpy as np
+import tensorflow as tf
+from absl import logging
+
+from models import build_model
+
+KERAS_DIR = "Format-Keras"
+WEIGHTS_FILE = "model.weights.h5"
+
+
+def keras_weights_path(serving_model_dir: str) -> str:
+    """`<dirname(serving_model_dir)>/Format-Keras/model.weights.h5`."""
+    return os.path.join(os.path.dirname(serving_model_dir.rstrip("/")), KERAS_DIR, WEIGHTS_FILE)
+
+
+def save_keras_weights(float_model: keras.Model, serving_model_dir: str) -> str:
+    """Saves `float_model`'s weights beside the serving model; returns the file's path."""
+    path = keras_weights_path(serving_model_dir)
+    tf.io.gfile.makedirs(os.path.dirname(path))
+    float_model.save_weights(path)
+    return path
+
+
+def warm_start_weights(
+    model: keras.Model,
+    model_name: str,
+    model_params: Mapping[str, object],
+    input_shape: tuple[int, ...],
+    num_classes: int,
+    base_model_dir: str | None,
+) -> str | None:
+    """Loads the base model's Keras weights into `model`; returns their path, or None.
+
+    Args:
+        model: the freshly built model to train, under any dtype policy.
+        model_name, model_params, input_shape, num_classes: how `model` was built.
+        base_model_dir: `fn_args.base_model` (the base model's `Format-Serving` folder),
+            or None/"" when there is no base model.
+
+    Returns:
+        The weights file loaded, or None when there is no base model, it has no Keras
+        weights, or its architecture differs (each case logged in one line).
+    """
+    if not base_model_dir:
+        logging.info("Trainer: warm start requested but there is no base model; from scratch")
+        return None
+    path = keras_weights_path(base_model_dir)
+    if not tf.io.gfile.exists(path):
+        logging.info("Trainer: base model has no %s; training from scratch", path)
+        return None
+    previous_policy = keras.mixed_precision.global_policy()
+    keras.mixed_precision.set_dtype_policy("float32")
+    try:
+        base = build_model(model_name, input_shape, num_classes, **dict(model_params))
+    finally:
+        keras.mixed_precision.set_dtype_policy(previous_policy)
+    try:
+        base.load_weights(path)
+        weights = base.get_weights()
+        shapes = [tuple(w.shape) for w in weights]
+        expected = [tuple(v.shape) for v in model.weights]
+        if shapes != expected:
+            raise ValueError(f"{len(shapes)} weights {shapes[:3]}... vs {expected[:3]}...")
+    except (ValueError, OSError, KeyError) as error:
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        logging.warning(
+            "Trainer: base model %s has another architecture than %s (%s); training from "
+            "scratch",
+            path,
+            model_name,
+            reason[:200],
+        )
+        return None
+    model.set_weights(
+        [np.asarray(w, dtype=v.dtype) for w, v in zip(weights, model.weights, strict=True)]
+    )
+    logging.info("Trainer: warm-started from %s", path)
+    return path
+
+
+def weights_checksum(model: keras.Model) -> str:
+    """sha256 over every weight as float32 bytes, in the model's weight order.
+
+    Recorded before training (`initial_weights_checksum`) and after it
+    (`final_weights_checksum`), so anyone can check that a warm-started run began exactly
+    from its base model's final weights, under any dtype policy.
+    """
+    import hashlib
+
+    import numpy as np
+
+    digest = hashlib.sha256()
+    for weight in model.get_weights():
+        digest.update(np.asarray(weight, dtype=np.float32).tobytes())
+    return digest.hexdigest()

@@ -1,0 +1,370 @@
+"""What runs inside the pods, for real: the compiled pipeline replayed node by node, each node
+a separate `python -m pipelines.node_entrypoint` process against a real PostgreSQL server,
+in the order the Kubernetes runner schedules them; then a two-worker Trainer.
+
+The only stand-in is the Kubernetes API: `ProcessCluster` implements the calls the runner
+makes (BatchV1Api, CoreV1Api) and "runs" each Job by starting its container command as a
+local process with the container's environment (Secrets resolved), one process per pod, an
+Indexed Job's pods with JOB_COMPLETION_INDEX and their Service DNS names mapped to 127.0.0.1.
+PostgreSQL comes from .ci/run (MPTFX_TEST_PG_HOST/PORT/USER/PASSWORD, default
+127.0.0.1:5432 mptfx/mptfx); each test session makes a fresh database.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import secrets
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from kubernetes.client import ApiClient
+
+pytestmark = pytest.mark.e2e
+
+REPO = Path(__file__).resolve().parents[2]
+SMALL = ["data.builtin_per_class=40", "trainer.epochs=3", "evaluator.min_accuracy=0.5",
+         "tflite.variants=[fp32]"]
+_DESERIALIZE = ApiClient()._ApiClient__deserialize
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class ProcessCluster:
+    """The Kubernetes API double whose Jobs run as local processes (one per pod)."""
+
+    def __init__(self, secrets: dict[tuple[str, str], str], scratch: Path):
+        self.secrets = secrets
+        self.scratch = scratch
+        self.jobs: dict[str, dict] = {}
+        self.services: dict[str, dict] = {}
+        self.order: list[str] = []  # node ids in creation order
+
+    # -- BatchV1Api ------------------------------------------------------------------------
+    def create_namespaced_job(self, namespace, body):
+        name = body["metadata"]["name"]
+        spec = body["spec"]
+        indexes = range(spec.get("completions", 1)) if spec.get("completionMode") == \
+            "Indexed" else [None]
+        job = {"body": body, "pods": [], "failed": 0, "done": set(), "state": None,
+               "address_map": self._address_map(body)}
+        self.jobs[name] = job
+        self.order.append(body["metadata"]["labels"]["mptfx.dev/node"])
+        for index in indexes:
+            self._start_pod(name, job, index)
+
+    def read_namespaced_job_status(self, name, namespace):
+        job = self.jobs[name]
+        for pod in list(job["pods"]):
+            code = pod["process"].poll()
+            if code is None or pod["seen"]:
+                continue
+            pod["seen"] = True
+            if code == 0:
+                job["done"].add(pod["index"])
+            else:
+                job["failed"] += 1
+                if job["failed"] > job["body"]["spec"]["backoffLimit"]:
+                    job["state"] = "Failed"
+                else:
+                    self._start_pod(name, job, pod["index"])
+        wanted = job["body"]["spec"].get("completions", 1)
+        if job["state"] is None and len(job["done"]) == wanted:
+            job["state"] = "Complete"
+        return _DESERIALIZE(self._as_dict(name), "V1Job")
+
+    def list_namespaced_job(self, namespace, label_selector=""):
+        key, _, value = label_selector.partition("=")
+        items = [self._as_dict(name) for name, job in self.jobs.items()
+                 if job["body"]["metadata"]["labels"].get(key) == value]
+        return _DESERIALIZE({"items": items}, "V1JobList")
+
+    # -- CoreV1Api -------------------------------------------------------------------------
+    def create_namespaced_service(self, namespace, body):
+        self.services[body["metadata"]["name"]] = body
+
+    def list_namespaced_pod(self, namespace, label_selector=""):
+        job = self.jobs.get(label_selector.partition("=")[2], {"pods": []})
+        items = [{"metadata": {"name": pod["name"]}, "status": {"phase": "Running"}}
+                 for pod in job["pods"]]
+        return _DESERIALIZE({"items": items}, "V1PodList")
+
+    def read_namespaced_pod_log(self, name, namespace):
+        return (self.scratch / f"{name}.log").read_text(errors="replace")
+
+    # -- pods as processes -----------------------------------------------------------------
+    def _address_map(self, body) -> str:
+        """Indexed Job: each worker's Service DNS name -> a port on 127.0.0.1."""
+        command = body["spec"]["template"]["spec"]["containers"][0]["command"]
+        if "--worker-hosts" not in command:
+            return ""
+        hosts = command[command.index("--worker-hosts") + 1].split(",")
+        return ",".join(f"{host}=127.0.0.1:{_free_port()}" for host in hosts)
+
+    def _start_pod(self, name, job, index):
+        container = job["body"]["spec"]["template"]["spec"]["containers"][0]
+        pod_name = f"{name}-{index if index is not None else 0}-{len(job['pods'])}"
+        env = dict(os.environ)
+        for item in container.get("env", []):
+            if "value" in item:
+                env[item["name"]] = item["value"]
+            else:
+                ref = item["valueFrom"]["secretKeyRef"]
+                env[item["name"]] = self.secrets[(ref["name"], ref["key"])]
+        env["HOME"] = str(self.scratch / "home")  # the pod's emptyDir
+        if index is not None:
+            env["JOB_COMPLETION_INDEX"] = str(index)
+            env["MPTFX_WORKER_ADDRESS_MAP"] = job["address_map"]
+        command = [sys.executable if part == "python" else part for part in container["command"]]
+        log = open(self.scratch / f"{pod_name}.log", "w")  # noqa: SIM115 - closed by the OS
+        process = subprocess.Popen(command, cwd=REPO, env=env, stdout=log,
+                                   stderr=subprocess.STDOUT)
+        job["pods"].append({"name": pod_name, "index": index, "process": process,
+                            "seen": False})
+
+    def _as_dict(self, name):
+        job = self.jobs[name]
+        status = {"failed": job["failed"] or None, "succeeded": len(job["done"]) or None}
+        if job["state"] == "Complete":
+            status["conditions"] = [{"type": "Complete", "status": "True"}]
+        elif job["state"] == "Failed":
+            status["conditions"] = [{"type": "Failed", "status": "True",
+                                     "reason": "BackoffLimitExceeded"}]
+        return {**job["body"], "status": status}
+
+    def stop(self):
+        for job in self.jobs.values():
+            for pod in job["pods"]:
+                if pod["process"].poll() is None:
+                    pod["process"].kill()
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def postgres():
+    """A fresh database on the PostgreSQL server the CI started; dropped afterwards."""
+    params = {
+        "host": os.environ.get("MPTFX_TEST_PG_HOST", "127.0.0.1"),
+        "port": int(os.environ.get("MPTFX_TEST_PG_PORT", "5432")),
+        "user": os.environ.get("MPTFX_TEST_PG_USER", "mptfx"),
+        "password": os.environ.get("MPTFX_TEST_PG_PASSWORD", "mptfx"),
+    }
+    try:
+        socket.create_connection((params["host"], params["port"]), timeout=5).close()
+    except OSError as error:
+        pytest.fail(f"PostgreSQL is not reachable at {params['host']}:{params['port']} "
+                    f"({error}); .ci/run installs and starts it")
+    import psycopg2
+
+    params["database"] = f"mptfx_test_{secrets.token_hex(4)}"
+    server = {k: v for k, v in params.items() if k != "database"}
+    # Created up front, as the cluster's PostgreSQL does (POSTGRES_DB); MLMD adds its tables.
+    _sql(psycopg2, server, f'CREATE DATABASE "{params["database"]}"')
+    yield params
+    _sql(psycopg2, server, f'DROP DATABASE IF EXISTS "{params["database"]}" WITH (FORCE)')
+
+
+def _sql(psycopg2, server: dict, statement: str) -> None:
+    connection = psycopg2.connect(dbname="postgres", **server)
+    connection.autocommit = True
+    with connection.cursor() as cursor:
+        cursor.execute(statement)
+    connection.close()
+
+
+def _k8s_overrides(postgres: dict, workspace: Path) -> list[str]:
+    return [
+        f"kubernetes.workspace={workspace}",
+        f"kubernetes.metadata.host={postgres['host']}",
+        f"kubernetes.metadata.port={postgres['port']}",
+        f"kubernetes.metadata.database={postgres['database']}",
+        f"kubernetes.metadata.user={postgres['user']}",
+        "kubernetes.poll_seconds=0.5",
+        "kubernetes.backoff_limit=0",
+    ]
+
+
+def _connection(postgres: dict):
+    from ml_metadata.proto import metadata_store_pb2
+
+    config = metadata_store_pb2.ConnectionConfig()
+    pg = config.postgresql
+    pg.host, pg.port, pg.dbname = postgres["host"], str(postgres["port"]), postgres["database"]
+    pg.user, pg.password = postgres["user"], postgres["password"]
+    return config
+
+
+def _submit(config, ir, run_id, cluster, tmp: Path, plan=None):
+    """What `mptfx k8s submit` does after compiling: store the IR, run the plan."""
+    from pipelines.kubernetes_runner import KubernetesRunner, ir_uri, plan_nodes, store_ir
+
+    root = ir.runtime_spec.pipeline_root.field_value.string_value
+    location = ir_uri(root, run_id)
+    store_ir(ir, location)
+    out = io.StringIO()
+    runner = KubernetesRunner(config, cluster, cluster, out=out, log_dir=tmp / "pods")
+    try:
+        report = runner.run(run_id, plan or plan_nodes(ir, config), location)
+    finally:
+        cluster.stop()
+    return report, location, out.getvalue()
+
+
+@pytest.fixture(scope="module")
+def local_run(tmp_path_factory):
+    """The baseline: the same config run by the local runner (LocalDagRunner's loop, sqlite
+    ML Metadata), in this process, which has imported TensorFlow already."""
+    from pipelines.cli import _resolve_data
+    from pipelines.config import load_config
+    from pipelines.local_runner import RunProgress, run_locally
+    from pipelines.pipeline import create_pipeline
+    from pipelines.summary import build_summary, collect_outputs
+    from pipelines.workspace import Workspace
+
+    workspace = Workspace(tmp_path_factory.mktemp("local"))
+    config = load_config(REPO / "configs/local.yaml", SMALL)
+    pipeline = create_pipeline(config, workspace, _resolve_data(config, workspace, None))
+    run_locally(pipeline, "local", lambda kind, timing: None, RunProgress())
+    nodes = collect_outputs(pipeline.metadata_connection_config, config.pipeline.name, "local")
+    return nodes, build_summary(nodes, {}, {})
+
+
+@pytest.fixture(scope="module")
+def replay(postgres, tmp_path_factory):
+    from pipelines.config import load_config
+    from pipelines.k8s_commands import compile_for_kubernetes
+
+    tmp = tmp_path_factory.mktemp("replay")
+    config = load_config(REPO / "configs/local.yaml", SMALL + _k8s_overrides(postgres, tmp / "ws"))
+    run_id = "replay-" + secrets.token_hex(2)
+    _, ir, _ = compile_for_kubernetes(config, run_id, None)
+    cluster = ProcessCluster({("mptfx-postgres", "password"): postgres["password"]}, tmp)
+    report, location, out = _submit(config, ir, run_id, cluster, tmp)
+    return {"config": config, "ir": ir, "run_id": run_id, "report": report, "ir_uri": location,
+            "out": out, "cluster": cluster, "tmp": tmp}
+
+
+def _replay_outputs(replay, postgres):
+    from pipelines.summary import collect_outputs
+
+    return collect_outputs(_connection(postgres), replay["config"].pipeline.name,
+                           replay["run_id"])
+
+
+def test_replay_runs_every_node_as_its_own_process_in_the_runners_order(replay):
+    report, cluster = replay["report"], replay["cluster"]
+    assert report.succeeded, replay["out"]
+    assert cluster.order[0] == "Ingest" and cluster.order[-1] == "TFLite"
+    assert len(cluster.order) == 10 and len(set(cluster.order)) == 10
+    # Each node ran in a separate process whose log shows the entrypoint's own lines.
+    for node in ("Ingest", "Trainer", "Evaluator"):
+        [pod] = cluster.jobs[report.nodes[node].job]["pods"]
+        log = cluster.read_namespaced_pod_log(pod["name"], "mptfx")
+        assert f"mptfx node: {node}: starting (run {replay['run_id']}, metadata postgresql://" \
+            in log
+        assert f"mptfx node: {node} complete in" in log
+    assert "< Trainer succeeded in" in replay["out"]
+
+
+def test_replay_produces_the_same_artifacts_and_blessing_as_the_local_run(replay, local_run,
+                                                                           postgres):
+    from pipelines.summary import build_summary
+
+    local_nodes, local = local_run
+    nodes = _replay_outputs(replay, postgres)
+    assert {n: info["state"] for n, info in nodes.items()} == \
+        {n: info["state"] for n, info in local_nodes.items()}
+    assert set(nodes) == set(local_nodes) and len(nodes) == 10
+    for node, info in nodes.items():  # same outputs, node by node: keys and counts
+        assert _shape(info) == _shape(local_nodes[node]), node
+    replayed = build_summary(nodes, {}, {})
+    assert replayed["data"]["images"] == local["data"]["images"] == 400
+    assert replayed["data"]["split_counts"] == local["data"]["split_counts"]
+    assert replayed["eval"]["blessed"] is local["eval"]["blessed"] is True
+    assert abs(replayed["eval"]["accuracy"] - local["eval"]["accuracy"]) < 0.1
+    assert replayed["pushed"]["pushed"] is local["pushed"]["pushed"] is True
+    assert replayed["pushed"]["version"] == local["pushed"]["version"] == "1"
+    assert Path(replayed["pushed"]["path"], "saved_model.pb").exists()
+    assert set(replayed["tflite"]) == set(local["tflite"]) and replayed["tflite"]["fp32"][
+        "published"]
+    schemas = [Path(n["SchemaGen"]["outputs"]["schema"][0].uri, "schema.pbtxt").read_text()
+               for n in (nodes, local_nodes)]
+    assert schemas[0] == schemas[1]
+
+
+def _shape(info: dict) -> dict[str, int]:
+    """Output key -> number of artifacts (type ids differ between two databases)."""
+    return {key: len(artifacts) for key, artifacts in info["outputs"].items()}
+
+
+def test_rerunning_a_finished_node_does_nothing(replay, postgres):
+    before = _replay_outputs(replay, postgres)["Trainer"]["execution_id"]
+    env = dict(os.environ, MPTFX_MLMD_PASSWORD=postgres["password"])
+    result = subprocess.run(
+        [sys.executable, "-m", "pipelines.node_entrypoint", "--ir", replay["ir_uri"],
+         "--node", "Trainer"], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert f"Trainer already succeeded in run {replay['run_id']} (execution {before}, " \
+        "complete); nothing to do" in result.stdout
+    after = _replay_outputs(replay, postgres)
+    assert after["Trainer"]["execution_id"] == before
+    assert after["Trainer"]["state"] == "completed"
+
+
+def test_two_trainer_workers_train_together_and_only_the_chief_publishes(replay, postgres):
+    """The Trainer as the Indexed Job runs it: two processes, TF_CONFIG from
+    JOB_COMPLETION_INDEX and the Service names; its inputs are the replay run's artifacts."""
+    from ml_metadata.metadata_store import metadata_store
+
+    from pipelines.config import load_config
+    from pipelines.k8s_commands import compile_for_kubernetes
+    from pipelines.kubernetes_runner import NodePlan
+    from pipelines.summary import collect_outputs
+
+    tmp = replay["tmp"] / "multi-worker"
+    tmp.mkdir()
+    config = load_config(REPO / "configs/local.yaml", SMALL + _k8s_overrides(
+        postgres, replay["tmp"] / "ws") + ["kubernetes.trainer.workers=2",
+                                          "pipeline.enable_cache=false"])
+    run_id = replay["run_id"] + "-mw"
+    _, ir, _ = compile_for_kubernetes(config, run_id, None)
+    trainer = next(n.pipeline_node for n in ir.nodes if n.pipeline_node.node_info.id == "Trainer")
+    for spec in trainer.inputs.inputs.values():  # read the replay run's Examples and Schema
+        for channel in spec.channels:
+            for query in channel.context_queries:
+                if query.type.name == "pipeline_run":
+                    query.name.field_value.string_value = replay["run_id"]
+    cluster = ProcessCluster({("mptfx-postgres", "password"): postgres["password"]}, tmp)
+    report, _, out = _submit(config, ir, run_id, cluster, tmp,
+                             plan=[NodePlan("Trainer", (), "gpu")])
+    logs = {pod["name"]: cluster.read_namespaced_pod_log(pod["name"], "mptfx")
+            for job in cluster.jobs.values() for pod in job["pods"]}
+    assert report.succeeded, out + "\n".join(text[-3000:] for text in logs.values())
+    [job] = cluster.jobs.values()
+    assert [pod["index"] for pod in job["pods"]] == [0, 1]
+    assert all(pod["process"].returncode == 0 for pod in job["pods"])
+    assert len(cluster.services) == 1  # the headless Service of the Indexed Job
+    worker_log = logs[job["pods"][1]["name"]]
+    assert "worker 1 of run" in worker_log and "joining the chief's execution" in worker_log
+
+    nodes = collect_outputs(_connection(postgres), config.pipeline.name, run_id)
+    assert list(nodes) == ["Trainer"] and nodes["Trainer"]["state"] == "completed"
+    store = metadata_store.MetadataStore(_connection(postgres))
+    context = store.get_context_by_type_and_name("pipeline_run", run_id)
+    assert len(store.get_executions_by_context(context.id)) == 1  # the chief's, alone
+    model_run = nodes["Trainer"]["outputs"]["model_run"][0].uri
+    assert model_run.startswith(str(replay["tmp"] / "ws"))  # not a worker's scratch dir
+    summary = json.loads(Path(model_run, "training_summary.json").read_text())
+    assert summary["strategy"] == "multi_worker" and summary["replicas"] == 2
+    model = nodes["Trainer"]["outputs"]["model"][0].uri
+    assert list(Path(model).rglob("saved_model.pb"))

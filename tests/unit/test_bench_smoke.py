@@ -1,0 +1,35 @@
+"""`mptfx bench` end to end on a tiny configuration: one model, one cell, two short windows."""
+
+from __future__ import annotations
+
+import json
+
+
+def test_tiny_bench_writes_sane_table_json_and_charts(mptfx, tmp_path):
+    result = mptfx(
+        "bench", "--workspace", str(tmp_path), "--sections", "throughput",
+        "--models", "seed_cnn", "--precisions", "float32", "--xla", "off",
+        "--input-shape", "16x16x1", "--batch-size", "8",
+        "--windows", "2", "--window-seconds", "0.1", "--warmup-seconds", "0",
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    bench = tmp_path / "bench"
+    results = json.loads((bench / "results.json").read_text())
+    (cell,) = results["throughput"]
+    assert cell["status"] == "ok"
+    assert cell["speedup"] == 1.0  # the reference cell against itself, same run
+    assert len(cell["window_rates"]) == 2
+    for key in ("samples_per_sec", "step_ms", "peak_memory_mb", "achieved_gflops",
+                "ceiling_gflops", "mfu"):
+        assert cell[key] > 0, key
+    assert cell["mfu"] < 1.5  # a sane fraction of the ceiling measured beside it
+    assert cell["training_flops_per_sample"] == 2 * (2 * 16 * 16 * 9 * 32) + 3 * (
+        2 * 8 * 8 * 9 * 32 * 64 + 2 * (4 * 4 * 64) * 128 + 2 * 128 * 10
+    )
+    assert results["host"]["ceilings"]["float32"]["gflops"] > 0
+    markdown = (bench / "results.md").read_text()
+    assert "| seed_cnn | 16×16×1 | 8 | float32 | off |" in markdown
+    for chart in ("throughput.png", "memory.png"):
+        assert (bench / chart).read_bytes()[:4] == b"\x89PNG"
+    assert "results.md" in result.stdout

@@ -1,0 +1,337 @@
+"""Every Kubernetes object mptfx ships or generates, checked offline: kustomize renders the
+overlays, `kubernetes-validate --strict` against Kubernetes 1.30, the TFJob against the
+Training Operator's CRD schema, checkov on k8s/ and the Dockerfile, hadolint on the Dockerfile.
+
+The checkers live in .venv-tools (`make tools`, part of `make test`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from pipelines.config import load_config
+from pipelines.kubernetes_runner import NodePlan, config_map, driver_job, node_objects
+
+REPO = Path(__file__).resolve().parents[2]
+TOOLS = Path(os.environ.get("MPTFX_TOOLS_VENV", REPO / ".venv-tools")) / "bin"
+K8S_VERSION = "1.30.0"
+OVERLAYS = ["gke", "eks", "generic"]
+PLAN = [
+    NodePlan("Ingest", (), "cpu"),
+    NodePlan("StatisticsGen", ("Ingest",), "cpu"),
+    NodePlan("Trainer", ("Ingest", "StatisticsGen"), "gpu"),
+]
+
+
+def _tool(name: str) -> str:
+    path = TOOLS / name
+    if not path.exists():
+        pytest.fail(f"{path} is missing: run `make tools` (part of `make test`)")
+    return str(path)
+
+
+def _run(*command: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PATH=f"{TOOLS}:{os.environ.get('PATH', '')}")
+    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=300)
+
+
+def validate(paths: list[Path]) -> subprocess.CompletedProcess:
+    """kubernetes-validate --strict against Kubernetes 1.30."""
+    return _run(_tool("kubernetes-validate"), "--strict", "-k", K8S_VERSION, "--quiet",
+                *map(str, paths))
+
+
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory) -> dict[str, list[dict]]:
+    """`kubectl kustomize` of the base and of each overlay: name -> objects."""
+    out = tmp_path_factory.mktemp("kustomize")
+    result = {}
+    for name in ["base", *OVERLAYS]:
+        source = REPO / "k8s" / ("base" if name == "base" else f"overlays/{name}")
+        built = _run(_tool("kubectl"), "kustomize", str(source))
+        assert built.returncode == 0, built.stderr
+        (out / f"{name}.yaml").write_text(built.stdout)
+        result[name] = [doc for doc in yaml.safe_load_all(built.stdout) if doc]
+    result["_dir"] = out
+    return result
+
+
+def _by_kind(objects: list[dict], kind: str) -> dict[str, dict]:
+    return {o["metadata"]["name"]: o for o in objects if o["kind"] == kind}
+
+
+def _pod_specs(objects: list[dict]):
+    for obj in objects:
+        spec = obj.get("spec", {})
+        template = spec.get("template") or spec.get("jobTemplate", {}).get("spec", {}).get(
+            "template")
+        if template:
+            yield obj["metadata"]["name"], template["spec"]
+
+
+def test_base_and_every_overlay_validate_strictly_against_kubernetes_1_30(rendered):
+    files = [rendered["_dir"] / f"{name}.yaml" for name in ["base", *OVERLAYS]]
+    result = validate(files)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert len(rendered["gke"]) == len(rendered["base"]) >= 20
+
+
+def test_the_validator_rejects_a_typo(tmp_path):
+    # Guards the test above: --strict must refuse an unknown field.
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump({"apiVersion": "batch/v1", "kind": "Job", "metadata": {
+        "name": "x"}, "spec": {"backoffLimits": 1, "template": {"spec": {
+            "restartPolicy": "Never", "containers": [{"name": "c", "image": "i"}]}}}}))
+    result = validate([bad])
+    assert result.returncode != 0 and "backoffLimits" in result.stdout + result.stderr
+
+
+def test_base_holds_every_object_the_cluster_needs(rendered):
+    base = rendered["base"]
+    kinds = {(o["kind"], o["metadata"]["name"]) for o in base}
+    for expected in [
+        ("Namespace", "mptfx"), ("ServiceAccount", "mptfx-runner"),
+        ("ServiceAccount", "mptfx-pipeline"), ("Role", "mptfx-runner"),
+        ("RoleBinding", "mptfx-runner"), ("PersistentVolumeClaim", "mptfx-workspace"),
+        ("StatefulSet", "mptfx-postgres"), ("Service", "mptfx-postgres"),
+        ("Deployment", "mptfx-mlflow"), ("Service", "mptfx-mlflow"),
+        ("Deployment", "mptfx-serving-gpu"), ("Deployment", "mptfx-serving-cpu"),
+        ("Service", "mptfx-serving"), ("ConfigMap", "mptfx-serving-config"),
+        ("CronJob", "mptfx-retrain"), ("NetworkPolicy", "mptfx-postgres"),
+        ("NetworkPolicy", "mptfx-mlflow"),
+    ]:
+        assert expected in kinds, expected
+    assert all(o["metadata"].get("namespace") == "mptfx" for o in base if o["kind"] != "Namespace")
+
+
+def test_the_runner_role_is_scoped_to_jobs_services_pods_and_logs(rendered):
+    role = _by_kind(rendered["base"], "Role")["mptfx-runner"]
+    granted = {(g, r) for rule in role["rules"] for g in rule["apiGroups"]
+               for r in rule["resources"]}
+    assert granted == {("batch", "jobs"), ("", "services"), ("", "pods"), ("", "pods/log"),
+                       ("kubeflow.org", "tfjobs")}
+    verbs = {v for rule in role["rules"] for v in rule["verbs"]}
+    assert verbs <= {"create", "get", "list", "watch", "delete"}
+    assert not _by_kind(rendered["base"], "ClusterRole")  # nothing cluster-wide
+    binding = _by_kind(rendered["base"], "RoleBinding")["mptfx-runner"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "mptfx-runner",
+                                    "namespace": "mptfx"}]
+
+
+def test_every_container_is_locked_down_and_sized(rendered):
+    for name, spec in _pod_specs(rendered["base"]):
+        assert spec["securityContext"]["runAsNonRoot"] is True, name
+        assert spec["automountServiceAccountToken"] is False, name
+        for container in spec["containers"]:
+            security = container["securityContext"]
+            assert security["allowPrivilegeEscalation"] is False, name
+            assert security["capabilities"]["drop"] == ["ALL"], name
+            assert security["readOnlyRootFilesystem"] is True, name
+            resources = container["resources"]
+            assert {"cpu", "memory"} <= set(resources["requests"]), name
+            assert {"cpu", "memory"} <= set(resources["limits"]), name
+
+
+def test_postgres_password_comes_from_a_secret_never_the_manifests(rendered):
+    text = (REPO / "k8s").joinpath("base", "postgres.yaml").read_text()
+    assert not _by_kind(rendered["base"], "Secret")
+    spec = _by_kind(rendered["base"], "StatefulSet")["mptfx-postgres"]["spec"]["template"]["spec"]
+    env = {e["name"]: e for e in spec["containers"][0]["env"]}
+    assert env["POSTGRES_PASSWORD_FILE"]["value"].startswith("/etc/mptfx-postgres/")
+    assert {"name": "password", "secret": {"secretName": "mptfx-postgres",
+                                           "defaultMode": 0o440}} in spec["volumes"]
+    assert "POSTGRES_PASSWORD\n" not in text and "password:" not in text.replace(
+        "password: ", "")
+    mlflow = _by_kind(rendered["base"], "Deployment")["mptfx-mlflow"]["spec"]["template"]["spec"]
+    env = {e["name"]: e for e in mlflow["containers"][0]["env"]}
+    assert env["PGPASSWORD"]["valueFrom"]["secretKeyRef"] == {"name": "mptfx-postgres",
+                                                              "key": "password"}
+    args = " ".join(mlflow["containers"][0]["args"])
+    assert "--allowed-hosts=mptfx-mlflow" in args and "mptfx-postgres:5432/mlflow" in args
+
+
+def test_serving_has_grpc_rest_readiness_batching_and_warmup(rendered):
+    base = rendered["base"]
+    service = _by_kind(base, "Service")["mptfx-serving"]
+    assert {p["port"] for p in service["spec"]["ports"]} == {8500, 8501}
+    config = _by_kind(base, "ConfigMap")["mptfx-serving-config"]["data"]
+    assert "max_batch_size" in config["batching.config"]
+    assert 'base_path: "/mnt/mptfx/serving/digits"' in config["models.config"]
+    deployments = _by_kind(base, "Deployment")
+    gpu = deployments["mptfx-serving-gpu"]["spec"]["template"]["spec"]
+    cpu = deployments["mptfx-serving-cpu"]["spec"]["template"]["spec"]
+    for spec in (gpu, cpu):
+        container = spec["containers"][0]
+        assert "--enable_model_warmup=true" in container["args"]
+        assert "--batching_parameters_file=/etc/tf-serving/batching.config" in container["args"]
+        assert container["readinessProbe"]["httpGet"]["path"] == "/v1/models/digits"
+    assert gpu["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in \
+        gpu["tolerations"]
+    assert "nvidia.com/gpu" not in cpu["containers"][0]["resources"]["limits"]
+
+
+def test_retraining_cronjob_never_overlaps_and_keeps_a_short_history(rendered):
+    cron = _by_kind(rendered["base"], "CronJob")["mptfx-retrain"]["spec"]
+    assert cron["concurrencyPolicy"] == "Forbid"
+    assert cron["startingDeadlineSeconds"] > 0 and cron["timeZone"] == "Etc/UTC"
+    assert cron["successfulJobsHistoryLimit"] == 3 and cron["failedJobsHistoryLimit"] == 3
+    container = cron["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]
+    assert container["command"][:2] == ["mptfx", "retrain"]
+
+
+def test_only_the_namespace_reaches_postgres_and_mlflow(rendered):
+    policies = _by_kind(rendered["base"], "NetworkPolicy")
+    for name, port in [("mptfx-postgres", 5432), ("mptfx-mlflow", 5000)]:
+        spec = policies[name]["spec"]
+        assert spec["policyTypes"] == ["Ingress"]
+        [rule] = spec["ingress"]
+        assert rule["from"] == [{"podSelector": {}}]  # same namespace, any pod; nothing else
+        assert rule["ports"] == [{"port": port, "protocol": "TCP"}]
+
+
+@pytest.mark.parametrize("overlay, label, storage_class", [
+    ("gke", "cloud.google.com/gke-accelerator", "standard-rwx"),
+    ("eks", "node.kubernetes.io/instance-type", "efs-sc"),
+    ("generic", "nvidia.com/gpu.present", "nfs-client"),
+])
+def test_overlays_change_only_gpu_nodes_storage_and_images(rendered, overlay, label,
+                                                           storage_class):
+    objects = rendered[overlay]
+    specs = dict(_pod_specs(objects))
+    assert label in specs["mptfx-serving-gpu"]["nodeSelector"]
+    assert label in specs["mptfx-retrain"]["nodeSelector"]
+    assert "nodeSelector" not in specs["mptfx-serving-cpu"]
+    pvc = _by_kind(objects, "PersistentVolumeClaim")["mptfx-workspace"]
+    assert pvc["spec"]["storageClassName"] == storage_class
+    images = {c["image"] for spec in specs.values() for c in spec["containers"]}
+    assert not any(image.startswith("mptfx:") for image in images)  # the registry's image
+    assert {(o["kind"], o["metadata"]["name"]) for o in objects} == \
+        {(o["kind"], o["metadata"]["name"]) for o in rendered["base"]}
+
+
+def _checkov(*args: str) -> dict:
+    result = _run(_tool("checkov"), "--skip-download", "--compact", "-o", "json", *args)
+    assert result.returncode in (0, 1), result.stderr[-2000:]
+    reports = json.loads(result.stdout)
+    return reports if isinstance(reports, list) else [reports]
+
+
+def test_checkov_passes_on_k8s_and_the_dockerfile_with_every_skip_explained():
+    reports = (_checkov("-d", "k8s", "--framework", "kustomize")
+               + _checkov("-d", "k8s/base", "--framework", "kubernetes")
+               + _checkov("-f", "Dockerfile", "--framework", "dockerfile"))
+    failed = [(c["check_id"], c["resource"]) for r in reports
+              for c in r["results"]["failed_checks"]]
+    assert failed == []
+    assert sum(r["summary"]["passed"] for r in reports) > 1000
+    skipped = [c for r in reports for c in r["results"]["skipped_checks"]]
+    assert skipped and all(len(c["check_result"]["suppress_comment"]) > 40 for c in skipped)
+    # Every skip is written where the object is, with its reason.
+    written = re.findall(r"checkov(?:\.io/skip\d+: |:skip=)(CKV\w+)[=:](.+)",
+                         "\n".join(p.read_text() for p in [*REPO.glob("k8s/**/*.yaml"),
+                                                           REPO / "Dockerfile"]))
+    assert {check for check, _ in written} == {c["check_id"] for c in skipped}
+
+
+def test_hadolint_passes_and_each_ignore_says_why():
+    result = _run(_tool("hadolint"), "Dockerfile")
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = (REPO / "Dockerfile").read_text().splitlines()
+    for index, line in enumerate(lines):
+        if "hadolint ignore" in line:
+            assert lines[index - 1].startswith("#") and "hadolint" not in lines[index - 1]
+
+
+def test_the_image_is_cuda_tensorflow_on_python_3_10_as_a_non_root_user():
+    text = (REPO / "Dockerfile").read_text()
+    assert "python3.10" in text and '"tensorflow[and-cuda]==2.16.2"' in text
+    assert "--requirement requirements.lock" in text
+    assert re.search(r"^USER 10001:10001$", text, re.M)
+    assert text.rstrip().endswith('CMD ["python", "-m", "pipelines.node_entrypoint"]')
+
+
+# -- objects the runner generates -------------------------------------------------------------
+
+
+def _config(*overrides: str):
+    return load_config(REPO / "configs" / "local.yaml", list(overrides))
+
+
+def test_generated_objects_validate_strictly(tmp_path):
+    objects = [config_map(_config(), "r1", "pipeline: {}\n"), driver_job(_config(), "r1")]
+    for overrides in ([], ["kubernetes.trainer.workers=3"]):
+        config = _config(*overrides)
+        for node in PLAN:
+            objects += node_objects(config, "r1", node, PLAN, "/mnt/mptfx/ir.json")
+    paths = []
+    for index, body in enumerate(objects):
+        paths.append(tmp_path / f"{index}.yaml")
+        paths[-1].write_text(yaml.safe_dump(body))
+    result = validate(paths)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert [o["kind"] for o in objects].count("Service") == 1
+
+
+def test_the_gpu_pool_gives_the_trainer_node_selector_toleration_and_gpus():
+    config = _config("kubernetes.pools.gpu.gpus=4",
+                     "kubernetes.pools.gpu.node_selector={nvidia.com/gpu.product: "
+                     "NVIDIA-H100-80GB-HBM3}")
+    [trainer] = node_objects(config, "r1", PLAN[2], PLAN, "/ir.json")
+    spec = trainer["spec"]["template"]["spec"]
+    assert spec["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+    assert spec["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists",
+                                    "effect": "NoSchedule"}]
+    assert spec["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "4"
+    assert trainer["metadata"]["annotations"]["mptfx.dev/pool"] == "gpu"
+    for node in PLAN[:2]:  # cpu pool: none of it
+        [job] = node_objects(config, "r1", node, PLAN, "/ir.json")
+        spec = job["spec"]["template"]["spec"]
+        assert "nodeSelector" not in spec and "tolerations" not in spec
+        assert "nvidia.com/gpu" not in spec["containers"][0]["resources"]["limits"]
+        assert spec["containers"][0]["resources"]["requests"]["cpu"] == "1"
+
+
+def test_a_multi_worker_trainer_is_an_indexed_job_behind_a_headless_service():
+    config = _config("kubernetes.trainer.workers=3")
+    service, job = node_objects(config, "r1", PLAN[2], PLAN, "/ir.json")
+    assert service["spec"]["clusterIP"] == "None"
+    assert job["spec"]["completionMode"] == "Indexed"
+    assert job["spec"]["completions"] == job["spec"]["parallelism"] == 3
+    spec = job["spec"]["template"]["spec"]
+    assert spec["subdomain"] == service["metadata"]["name"] == job["metadata"]["name"]
+    command = spec["containers"][0]["command"]
+    hosts = command[command.index("--worker-hosts") + 1].split(",")
+    assert hosts == [f"mptfx-r1-trainer-{i}.mptfx-r1-trainer:2222" for i in range(3)]
+    selector = service["spec"]["selector"]
+    assert all(job["spec"]["template"]["metadata"]["labels"][k] == v for k, v in selector.items())
+
+
+def test_the_tfjob_matches_the_training_operator_crd_and_its_pods_kubernetes(tmp_path):
+    import jsonschema
+
+    config = _config("kubernetes.trainer.workers=2", "kubernetes.trainer.use_tfjob=true")
+    [tfjob] = node_objects(config, "r1", PLAN[2], PLAN, "/ir.json")
+    schema = json.loads((REPO / "k8s/schemas/tfjob-kubeflow.org-v1.schema.json").read_text())
+    jsonschema.validate(tfjob, schema)
+    worker = tfjob["spec"]["tfReplicaSpecs"]["Worker"]
+    assert worker["replicas"] == 2
+    assert worker["template"]["spec"]["containers"][0]["name"] == "tensorflow"
+    pod_template = tmp_path / "pod-template.yaml"
+    pod_template.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "PodTemplate",
+        "metadata": {"name": "tfjob-worker"}, "template": worker["template"]}))
+    result = validate([pod_template])
+    assert result.returncode == 0, result.stdout + result.stderr
+    typo = json.loads(json.dumps(tfjob))
+    typo["spec"]["tfReplicaSpecs"]["Workers"] = typo["spec"]["tfReplicaSpecs"].pop("Worker")
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(typo, schema)

@@ -1,0 +1,274 @@
+"""The Kubernetes runner against a test double of the `kubernetes` client (BatchV1Api and
+CoreV1Api): scheduling, failures, retries, resume and API errors. The double's Jobs finish
+on a script; tests/e2e/test_k8s_replay.py runs them as real processes instead.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+from kubernetes.client import ApiClient
+from kubernetes.client.exceptions import ApiException
+
+from pipelines.config import Config
+from pipelines.kubernetes_runner import (
+    KubernetesError,
+    KubernetesRunner,
+    NodePlan,
+    job_name,
+    node_logs,
+    run_status,
+)
+
+_DESERIALIZE = ApiClient()._ApiClient__deserialize  # the client's own dict -> model mapping
+
+
+class ScriptedCluster:
+    """BatchV1Api + CoreV1Api double. `script[node]` lists pod outcomes ("ok" / "fail"); each
+    pod runs `ticks` polls. `errors[(verb, kind)]` raises an ApiException instead."""
+
+    def __init__(self, script=None, ticks=2, errors=None):
+        self.script = script or {}
+        self.ticks = ticks
+        self.errors = errors or {}
+        self.jobs: dict[str, dict] = {}
+        self.created: list[str] = []
+        self.max_running = 0
+
+    # -- BatchV1Api ----------------------------------------------------------------------
+    def create_namespaced_job(self, namespace, body):
+        self._maybe_fail("create", "Job")
+        name = body["metadata"]["name"]
+        if name in self.jobs:
+            raise _api_error(409, "AlreadyExists", f'jobs.batch "{name}" already exists')
+        node = body["metadata"]["labels"]["mptfx.dev/node"]
+        self.jobs[name] = {"body": body, "node": node, "outcomes": list(self.script.get(
+            node, ["ok"])), "age": 0, "failed": 0, "state": None, "pods": 1}
+        self.created.append(name)
+        return _DESERIALIZE(body, "V1Job")
+
+    def read_namespaced_job_status(self, name, namespace):
+        self._maybe_fail("read", "Job")
+        job = self.jobs[name]
+        self._advance(job)
+        running = sum(1 for j in self.jobs.values() if j["state"] is None)
+        self.max_running = max(self.max_running, running)
+        return _DESERIALIZE(self._as_dict(name), "V1Job")
+
+    def list_namespaced_job(self, namespace, label_selector=""):
+        self._maybe_fail("list", "Job")
+        key, _, value = label_selector.partition("=")
+        items = [self._as_dict(n) for n, j in self.jobs.items()
+                 if j["body"]["metadata"]["labels"].get(key) == value]
+        return _DESERIALIZE({"items": items}, "V1JobList")
+
+    # -- CoreV1Api ------------------------------------------------------------------------
+    def create_namespaced_service(self, namespace, body):
+        self._maybe_fail("create", "Service")
+
+    def list_namespaced_pod(self, namespace, label_selector=""):
+        job = label_selector.partition("=")[2]
+        pods = [{"metadata": {"name": f"{job}-pod{i}"}, "status": {"phase": "Running"}}
+                for i in range(self.jobs[job]["pods"])] if job in self.jobs else []
+        return _DESERIALIZE({"items": pods}, "V1PodList")
+
+    def read_namespaced_pod_log(self, name, namespace):
+        job = name.rsplit("-pod", 1)[0]
+        return f"log of {job}\nlast words of {self.jobs[job]['node']}\n"
+
+    # -- the script -----------------------------------------------------------------------
+    def _advance(self, job):
+        if job["state"] is not None:
+            return
+        job["age"] += 1
+        if job["age"] < self.ticks:
+            return
+        outcome = job["outcomes"].pop(0) if job["outcomes"] else "ok"
+        job["age"] = 0
+        if outcome == "ok":
+            job["state"] = "Complete"
+            return
+        job["failed"] += 1
+        job["pods"] += 1
+        if job["failed"] > job["body"]["spec"]["backoffLimit"]:
+            job["state"] = "Failed"
+
+    def _as_dict(self, name):
+        job = self.jobs[name]
+        status = {"failed": job["failed"] or None, "startTime": "2026-01-01T00:00:00Z"}
+        if job["state"] == "Complete":
+            status["conditions"] = [{"type": "Complete", "status": "True"}]
+            status["completionTime"] = "2026-01-01T00:01:00Z"
+        elif job["state"] == "Failed":
+            status["conditions"] = [{"type": "Failed", "status": "True",
+                                     "reason": "BackoffLimitExceeded",
+                                     "message": "Job has reached the specified backoff limit"}]
+        return {**job["body"], "status": status}
+
+    def _maybe_fail(self, verb, kind):
+        error = self.errors.get((verb, kind))
+        if error is not None:
+            raise error
+
+
+def _api_error(status, reason, message):
+    error = ApiException(status=status, reason=reason)
+    error.body = json.dumps({"kind": "Status", "message": message, "reason": reason})
+    return error
+
+
+# A -> (B, C) -> D : two parallel branches joined again, like Ingest -> ... -> Evaluator.
+DIAMOND = [
+    NodePlan("A", (), "cpu"),
+    NodePlan("B", ("A",), "cpu"),
+    NodePlan("C", ("A",), "cpu"),
+    NodePlan("D", ("B", "C"), "cpu"),
+]
+
+
+def _runner(cluster, tmp_path, sleep=lambda _: None, config=None):
+    out = io.StringIO()
+    runner = KubernetesRunner(config or Config(), cluster, cluster, out=out,
+                              log_dir=tmp_path / "pods", sleep=sleep)
+    return runner, out
+
+
+def test_independent_branches_run_at_the_same_time(tmp_path):
+    cluster = ScriptedCluster(ticks=3)
+    runner, out = _runner(cluster, tmp_path)
+    report = runner.run("r1", DIAMOND, "/ws/ir.json")
+    assert report.succeeded
+    nodes = [cluster.jobs[name]["node"] for name in cluster.created]
+    assert nodes[0] == "A" and nodes[-1] == "D" and set(nodes[1:3]) == {"B", "C"}
+    assert cluster.max_running == 2  # B and C were both running
+    assert "> B: Job mptfx-r1-b (pool cpu)" in out.getvalue()
+    assert "< D succeeded in" in out.getvalue()
+    # Pod logs were streamed into one file per node.
+    assert "last words of B" in (tmp_path / "pods" / "B.log").read_text()
+
+
+def test_a_failing_node_stops_its_downstream_only(tmp_path):
+    cluster = ScriptedCluster(script={"B": ["fail", "fail", "fail"]})
+    runner, out = _runner(cluster, tmp_path)
+    report = runner.run("r2", DIAMOND, "/ws/ir.json")
+    assert not report.succeeded and report.failed_nodes == ["B"]
+    assert report.nodes["C"].state == "succeeded"  # the other branch finished
+    assert report.nodes["D"].state == "skipped"
+    assert "mptfx-r2-d" not in cluster.jobs  # never created
+    assert report.nodes["B"].retries == 2
+    assert "BackoffLimitExceeded" in report.nodes["B"].message
+    assert "last log line: last words of B" in report.nodes["B"].message
+    assert "- D skipped: upstream B did not succeed" in out.getvalue()
+
+
+def test_a_retried_pod_that_then_succeeds_counts_as_success(tmp_path):
+    cluster = ScriptedCluster(script={"C": ["fail", "ok"]})
+    runner, out = _runner(cluster, tmp_path)
+    report = runner.run("r3", DIAMOND, "/ws/ir.json")
+    assert report.succeeded
+    assert report.nodes["C"].retries == 1
+    assert "! C: pod failed, Kubernetes retries it (1 of 2 retries used)" in out.getvalue()
+    assert "< C succeeded in" in out.getvalue() and "1 retry" in out.getvalue()
+
+
+def test_a_killed_driver_resumes_without_redoing_finished_nodes(tmp_path):
+    cluster = ScriptedCluster(ticks=3)
+
+    def killed_once_b_and_c_run(_seconds):
+        if "mptfx-r4-b" in cluster.jobs:  # A finished, B and C are running
+            raise KeyboardInterrupt
+
+    runner, _ = _runner(cluster, tmp_path, sleep=killed_once_b_and_c_run)
+    with pytest.raises(KeyboardInterrupt):
+        runner.run("r4", DIAMOND, "/ws/ir.json")
+    assert sorted(cluster.created) == ["mptfx-r4-a", "mptfx-r4-b", "mptfx-r4-c"]
+
+    resumed, out = _runner(cluster, tmp_path)  # a new driver process, same cluster
+    report = resumed.run("r4", DIAMOND, "/ws/ir.json")
+    assert report.succeeded
+    assert cluster.created.count("mptfx-r4-a") == 1  # not redone
+    assert sorted(cluster.created) == ["mptfx-r4-a", "mptfx-r4-b", "mptfx-r4-c", "mptfx-r4-d"]
+    assert "= A already succeeded (Job mptfx-r4-a)" in out.getvalue()
+    assert "~ B still running (Job mptfx-r4-b); watching it" in out.getvalue()
+
+
+def test_resuming_a_failed_run_retries_only_the_failed_part(tmp_path):
+    cluster = ScriptedCluster(script={"B": ["fail", "fail", "fail"]})
+    runner, _ = _runner(cluster, tmp_path)
+    assert runner.run("r5", DIAMOND, "/ws/ir.json").failed_nodes == ["B"]
+    cluster.script = {}  # the cause was fixed
+    resumed, out = _runner(cluster, tmp_path)
+    report = resumed.run("r5", DIAMOND, "/ws/ir.json")
+    assert report.succeeded
+    assert report.nodes["B"].attempt == 2 and report.nodes["B"].job == "mptfx-r5-b-a2"
+    assert cluster.created.count("mptfx-r5-a") == 1 and cluster.created.count("mptfx-r5-c") == 1
+    assert "~ B failed before (BackoffLimitExceeded" in out.getvalue()
+
+
+@pytest.mark.parametrize("error, expected", [
+    (_api_error(403, "Forbidden", 'jobs.batch is forbidden: User "system:serviceaccount:mptfx:'
+                'default" cannot create resource "jobs" in API group "batch"'),
+     "forbidden: cannot create Job mptfx-r6-a in namespace mptfx (the ServiceAccount or user "
+     "lacks RBAC rights"),
+    (_api_error(404, "NotFound", 'namespaces "mptfx" not found'),
+     "not found: cannot create Job mptfx-r6-a in namespace mptfx: namespaces \"mptfx\" not "
+     "found (is namespace mptfx applied?"),
+    (_api_error(409, "AlreadyExists", 'jobs.batch "mptfx-r6-a" already exists'),
+     "already exists: cannot create Job mptfx-r6-a in namespace mptfx"),
+    (_api_error(403, "Forbidden", 'jobs.batch "mptfx-r6-a" is forbidden: exceeded quota: '
+                'gpu-quota, requested: requests.nvidia.com/gpu=1, used: requests.nvidia.com/'
+                'gpu=4, limited: requests.nvidia.com/gpu=4'),
+     "quota exceeded: cannot create Job mptfx-r6-a in namespace mptfx: jobs.batch "
+     "\"mptfx-r6-a\" is forbidden: exceeded quota: gpu-quota"),
+])
+def test_api_errors_become_one_clear_line(tmp_path, error, expected):
+    cluster = ScriptedCluster(errors={("create", "Job"): error})
+    runner, _ = _runner(cluster, tmp_path)
+    with pytest.raises(KubernetesError) as caught:
+        runner.run("r6", DIAMOND, "/ws/ir.json")
+    message = str(caught.value)
+    assert message.startswith(expected)
+    assert "\n" not in message
+
+
+def test_an_unreachable_api_server_is_named(tmp_path):
+    from urllib3.exceptions import MaxRetryError
+
+    error = MaxRetryError(None, "/apis/batch/v1/namespaces/mptfx/jobs", "Connection refused")
+    cluster = ScriptedCluster(errors={("list", "Job"): error})
+    runner, _ = _runner(cluster, tmp_path)
+    with pytest.raises(KubernetesError, match="^cannot reach the Kubernetes API server to list "
+                       "Jobs of run r7 in namespace mptfx"):
+        runner.run("r7", DIAMOND, "/ws/ir.json")
+
+
+def test_cli_prints_an_api_error_as_one_line_with_exit_code_2(monkeypatch, capsys):
+    from pipelines import cli, k8s_commands
+
+    cluster = ScriptedCluster(errors={("list", "Job"): _api_error(
+        403, "Forbidden", 'jobs.batch is forbidden: User "dev@example.com" cannot list '
+        'resource "jobs"')})
+    monkeypatch.setattr(k8s_commands, "make_clients",
+                        lambda in_cluster=False, context=None: (cluster, cluster, None))
+    assert cli.main(["k8s", "status", "r8"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.startswith("mptfx: error: forbidden: cannot list Jobs of run r8 in namespace mptfx")
+
+
+def test_status_and_logs_read_the_run_back_from_the_cluster(tmp_path):
+    cluster = ScriptedCluster(script={"B": ["fail", "ok"]})
+    runner, _ = _runner(cluster, tmp_path)
+    runner.run("r9", DIAMOND, "/ws/ir.json")
+    rows = {row["node"]: row for row in run_status(cluster, "mptfx", "r9")}
+    assert list(rows) == ["A", "B", "C", "D"]
+    assert rows["B"]["state"] == "succeeded" and rows["B"]["retries"] == 1
+    assert rows["A"]["seconds"] == 60.0 and rows["A"]["job"] == job_name("r9", "A")
+    logs = dict(node_logs(cluster, cluster, "mptfx", "r9", "D"))
+    assert logs == {"mptfx-r9-d-pod0": "log of mptfx-r9-d\nlast words of D\n"}
+    with pytest.raises(KubernetesError, match="run r9 has no node 'E'"):
+        list(node_logs(cluster, cluster, "mptfx", "r9", "E"))
+    with pytest.raises(KubernetesError, match="no Jobs of run nope in namespace mptfx"):
+        run_status(cluster, "mptfx", "nope")

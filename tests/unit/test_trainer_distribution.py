@@ -1,0 +1,198 @@
+"""The Trainer under tf.distribute, gradient accumulation, and resuming after a kill.
+
+Real TensorFlow in real processes: MirroredStrategy over two logical CPU devices, two
+MultiWorkerMirroredStrategy workers talking gRPC on 127.0.0.1, and a training process
+killed with SIGKILL after its first epoch. Worker processes run
+`tests/unit/trainer_testdata.py SPEC.json` (the Trainer's `train_and_export`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from trainer_testdata import fn_args_dict, write_digits_examples
+
+from components.trainer import module
+from components.trainer.optimizer import LossScaleSettings
+
+REPO = Path(__file__).resolve().parents[2]
+WORKER = Path(__file__).resolve().parent / "trainer_testdata.py"
+
+
+@pytest.fixture(scope="module")
+def examples_uri(tmp_path_factory) -> str:
+    return write_digits_examples(str(tmp_path_factory.mktemp("digits")), 320)
+
+
+def _start_worker(spec: dict, folder: Path, name: str, env: dict | None = None):
+    spec_path = folder / f"{name}.json"
+    spec_path.write_text(json.dumps(spec))
+    log = open(folder / f"{name}.log", "w")  # noqa: SIM115  (closed by the caller's wait)
+    environment = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1", **(env or {}))
+    environment.pop("TF_CONFIG", None)
+    return subprocess.Popen(
+        [sys.executable, str(WORKER), str(spec_path)],
+        cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=environment,
+    )
+
+
+def _wait(process: subprocess.Popen, folder: Path, name: str, timeout: int = 600) -> int:
+    try:
+        return process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        raise AssertionError(f"{name} timed out:\n{_log_tail(folder, name)}") from None
+
+
+def _log_tail(folder: Path, name: str) -> str:
+    return (folder / f"{name}.log").read_text()[-3000:]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _weights(path: str) -> list[np.ndarray]:
+    with np.load(path) as saved:
+        return [saved[f"arr_{i}"] for i in range(len(saved.files))]
+
+
+def test_mirrored_on_two_logical_cpus_matches_one_device_at_the_same_global_batch(
+    examples_uri, tmp_path
+):
+    # Same data order and initial weights; dropout off so both see the same network.
+    common = dict(epochs=2, precision="float32", params={"dropout": 0.0})
+    one_device = fn_args_dict(examples_uri, str(tmp_path / "one"), strategy="one_device",
+                              batch_size=64, **common)
+    mirrored = fn_args_dict(examples_uri, str(tmp_path / "mirrored"), strategy="mirrored",
+                            batch_size=32, **common)
+    spec = {"runs": [one_device, mirrored], "logical_cpus": 2,
+            "weights_out": str(tmp_path / "weights_{run}.npz"),
+            "result_out": str(tmp_path / "results.json")}
+    process = _start_worker(spec, tmp_path, "mirrored")
+    assert _wait(process, tmp_path, "mirrored") == 0, _log_tail(tmp_path, "mirrored")
+
+    single, multi = (r["summary"] for r in json.loads((tmp_path / "results.json").read_text()))
+    assert (single["strategy"], single["replicas"], single["global_batch_size"]) == (
+        "one_device", 1, 64)
+    assert (multi["strategy"], multi["replicas"], multi["global_batch_size"]) == (
+        "mirrored", 2, 64)
+    np.testing.assert_allclose(multi["history"]["loss"], single["history"]["loss"], rtol=1e-4)
+    np.testing.assert_allclose(
+        multi["history"]["val_loss"], single["history"]["val_loss"], rtol=1e-4
+    )
+    for a, b in zip(_weights(str(tmp_path / "weights_0.npz")),
+                    _weights(str(tmp_path / "weights_1.npz")), strict=True):
+        np.testing.assert_allclose(a, b, atol=1e-5)
+
+
+def test_two_workers_train_in_sync_and_only_the_chief_exports(examples_uri, tmp_path):
+    workers = [f"127.0.0.1:{_free_port()}", f"127.0.0.1:{_free_port()}"]
+    fields = fn_args_dict(examples_uri, str(tmp_path / "out"), strategy="auto", epochs=2,
+                          batch_size=16)
+    processes = []
+    for index in range(2):
+        spec = {"runs": [fields],
+                "tf_config": {"cluster": {"worker": workers},
+                              "task": {"type": "worker", "index": index}},
+                "weights_out": str(tmp_path / f"worker{index}_{{run}}.npz"),
+                "result_out": str(tmp_path / f"worker{index}.json")}
+        processes.append(_start_worker(spec, tmp_path, f"worker{index}"))
+    for index, process in enumerate(processes):
+        name = f"worker{index}"
+        assert _wait(process, tmp_path, name) == 0, _log_tail(tmp_path, name)
+
+    chief, other = (json.loads((tmp_path / f"worker{i}.json").read_text())[0] for i in (0, 1))
+    assert chief["chief"] is True and other["chief"] is False
+    assert chief["summary"]["strategy"] == "multi_worker"
+    assert chief["summary"]["replicas"] == 2 and chief["summary"]["global_batch_size"] == 32
+    # Trained to completion, in sync: the same final weights on both workers.
+    assert len(chief["summary"]["history"]["loss"]) == 2
+    for a, b in zip(_weights(str(tmp_path / "worker0_0.npz")),
+                    _weights(str(tmp_path / "worker1_0.npz")), strict=True):
+        np.testing.assert_array_equal(a, b)
+    # Only the chief's outputs remain: the serving model, Keras weights and summary.
+    serving = Path(fields["serving_model_dir"])
+    assert chief["serving_model_dir"] == str(serving)
+    assert (serving / "saved_model.pb").exists()
+    assert (serving.parent / "Format-Keras" / "model.weights.h5").exists()
+    assert (Path(fields["model_run_dir"]) / module.SUMMARY_FILE).exists()
+    assert other["serving_model_dir"] != str(serving)
+    assert not Path(other["serving_model_dir"]).parent.exists()  # scratch deleted
+    served = tf.saved_model.load(str(serving))
+    probabilities = served.signatures["predict_images"](images=tf.zeros([2, 8, 8, 1], tf.uint8))
+    assert probabilities["probabilities"].shape == (2, 10)
+
+
+def test_a_training_killed_after_epoch_1_resumes_at_epoch_2(examples_uri, tmp_path):
+    fields = fn_args_dict(examples_uri, str(tmp_path / "out"), epochs=3)
+    killed = _start_worker({"runs": [fields], "kill_after_epoch": 1}, tmp_path, "killed")
+    assert _wait(killed, tmp_path, "killed") == -signal.SIGKILL, _log_tail(tmp_path, "killed")
+    assert not (Path(fields["model_run_dir"]) / module.SUMMARY_FILE).exists()
+    (metadata,) = (tmp_path / "backup").glob("*/chief-0/training_metadata.json")
+    assert json.loads(metadata.read_text())["epoch"] == 1  # the backup of epoch 1 survived
+
+    spec = {"runs": [fields], "result_out": str(tmp_path / "resumed.json")}
+    resumed = _start_worker(spec, tmp_path, "resumed")
+    assert _wait(resumed, tmp_path, "resumed") == 0, _log_tail(tmp_path, "resumed")
+    log = _log_tail(tmp_path, "resumed")
+    assert "Epoch 1/3" not in log and "Epoch 2/3" in log  # Keras' own progress lines
+    summary = json.loads((tmp_path / "resumed.json").read_text())[0]["summary"]
+    assert summary["resumed_at_epoch"] == 2
+    # The history still covers every epoch, the first one from before the kill.
+    assert len(summary["history"]["loss"]) == 3
+    assert summary["history"]["loss"][2] < summary["history"]["loss"][0]
+    # A finished training leaves no backup behind.
+    assert not list((tmp_path / "backup").glob("*/*/latest.weights.h5"))
+
+
+@pytest.fixture
+def restore_dtype_policy():
+    previous = keras.mixed_precision.global_policy()
+    yield
+    keras.mixed_precision.set_dtype_policy(previous)
+
+
+def _seed_cnn(grad_accum_steps: int) -> keras.Model:
+    keras.utils.set_random_seed(0)
+    # Dropout would draw different masks for the two batchings: leave it out.
+    model = module.build_training_model("seed_cnn", {"dropout": 0.0}, (8, 8, 1), 10, "float32")
+    module.compile_training_model(
+        model, "classification", 1e-3, "float32", LossScaleSettings(), grad_accum_steps,
+        xla=False,
+    )
+    return model
+
+
+def test_gradient_accumulation_of_4_batches_of_16_equals_one_batch_of_64(restore_dtype_policy):
+    keras.mixed_precision.set_dtype_policy("float32")
+    rng = np.random.default_rng(0)
+    images = rng.random((64, 8, 8, 1), dtype=np.float32)
+    labels = rng.integers(0, 10, 64)
+    large = _seed_cnn(grad_accum_steps=1)
+    accumulated = _seed_cnn(grad_accum_steps=4)
+    accumulated.set_weights(large.get_weights())
+    start = large.get_weights()
+    large.fit(images, labels, batch_size=64, epochs=1, shuffle=False, verbose=0)
+    accumulated.fit(images[:48], labels[:48], batch_size=16, epochs=1, shuffle=False, verbose=0)
+    # Three batches in: accumulated, not applied, so the weights have not moved.
+    for before, now in zip(start, accumulated.get_weights(), strict=True):
+        np.testing.assert_array_equal(before, now)
+    accumulated.fit(images[48:], labels[48:], batch_size=16, epochs=1, shuffle=False, verbose=0)
+
+    moved = [np.abs(a - b).max() for a, b in zip(start, large.get_weights(), strict=True)]
+    assert max(moved) > 1e-4  # the update happened
+    for expected, got in zip(large.get_weights(), accumulated.get_weights(), strict=True):
+        np.testing.assert_allclose(got, expected, atol=1e-6)

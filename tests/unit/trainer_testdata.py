@@ -1,0 +1,143 @@
+"""Shared by the Trainer tests: tiny digits Examples in the ingest layout, and FnArgs.
+
+Also the entry point of the Trainer tests' worker processes (multi-worker, logical devices,
+kill and resume):
+
+    python tests/unit/trainer_testdata.py SPEC.json
+
+SPEC: {"fn_args": {...FnArgs fields...}, "tf_config": {...} | null, "logical_cpus": int,
+"weights_out": path | null, "kill_after_epoch": int | null, "result_out": path | null}.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import numpy as np
+
+LABEL_NAMES = [str(d) for d in range(10)]
+EVAL_FRACTION = 0.2
+
+
+def write_digits_examples(root: str, count: int) -> str:
+    """Writes `count` real 8x8 digits as ingest-style Examples under root; returns the uri."""
+    import tensorflow as tf
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    images = np.round(digits.images * (255.0 / 16.0)).astype(np.uint8)[..., None]
+    order = np.random.default_rng(0).permutation(len(images))[:count]
+    num_eval = int(round(count * EVAL_FRACTION))
+    uri = os.path.join(root, "examples")
+
+    def ints(value: int) -> tf.train.Feature:
+        return tf.train.Feature(int64_list=tf.train.Int64List(value=[value]))
+
+    def strings(value: str) -> tf.train.Feature:
+        return tf.train.Feature(bytes_list=tf.train.BytesList(value=[value.encode()]))
+
+    for split, indices in (("eval", order[:num_eval]), ("train", order[num_eval:])):
+        os.makedirs(os.path.join(uri, f"Split-{split}"))
+        path = os.path.join(uri, f"Split-{split}", "data_tfrecord-00000-of-00001.gz")
+        with tf.io.TFRecordWriter(path, options="GZIP") as writer:
+            for i in indices:
+                label = int(digits.target[i])
+                png = tf.io.encode_png(images[i]).numpy()
+                feature = {
+                    "image": tf.train.Feature(bytes_list=tf.train.BytesList(value=[png])),
+                    "label": ints(label),
+                    "label_name": strings(str(label)),
+                    "height": ints(8),
+                    "width": ints(8),
+                    "channels": ints(1),
+                    "filename": strings(f"{label}/img_{i:04d}.png"),
+                }
+                example = tf.train.Example(features=tf.train.Features(feature=feature))
+                writer.write(example.SerializeToString())
+    with open(os.path.join(uri, "labels.json"), "w") as f:
+        json.dump({"label_names": LABEL_NAMES}, f)
+    return uri
+
+
+def fn_args_dict(examples_uri: str, out: str, model: str = "seed_cnn",
+                 input_size: tuple[int, int] = (8, 8), params: dict | None = None,
+                 **trainer: object) -> dict:
+    """The FnArgs fields run_fn reads, as a JSON-able dict (see `make_fn_args`)."""
+    return {
+        "train_files": [os.path.join(examples_uri, "Split-train", "*")],
+        "eval_files": [os.path.join(examples_uri, "Split-eval", "*")],
+        "serving_model_dir": os.path.join(out, "model", "Format-Serving"),
+        "model_run_dir": os.path.join(out, "model_run"),
+        "base_model": trainer.pop("base_model", None),
+        "custom_config": {
+            "data": {"channels": "auto"},
+            "model": {"name": model, "input_size": list(input_size), "params": params or {}},
+            "trainer": {"epochs": 2, "batch_size": 32, "precision": "float32", **trainer},
+            "export": {"serving_precision": "float32"},
+        },
+    }
+
+
+def make_fn_args(fields: dict, light: bool = False):
+    """FnArgs from `fn_args_dict`'s output; `light` gives a plain namespace with the same
+    attributes instead (worker processes: importing TFX costs ~25 CPU seconds)."""
+    if light:
+        import types
+
+        return types.SimpleNamespace(**fields)
+    from tfx import v1 as tfx
+
+    return tfx.components.FnArgs(**fields)
+
+
+def _kill_after_epoch(epoch_number: int) -> None:
+    """Makes the Trainer's BackupAndRestore SIGKILL this process right after it has saved
+    epoch `epoch_number` (1-based): a preempted worker, at a known point."""
+    import signal
+
+    import keras
+
+    class KilledAfterBackup(keras.callbacks.BackupAndRestore):
+        def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+            super().on_epoch_end(epoch, logs)
+            if epoch + 1 == epoch_number:
+                sys.stdout.flush()
+                os.kill(os.getpid(), signal.SIGKILL)
+
+    keras.callbacks.BackupAndRestore = KilledAfterBackup
+
+
+def _main(spec_path: str) -> None:
+    with open(spec_path) as f:
+        spec = json.load(f)
+    if spec.get("tf_config"):
+        os.environ["TF_CONFIG"] = json.dumps(spec["tf_config"])
+    import tensorflow as tf
+
+    if spec.get("logical_cpus", 1) > 1:
+        (cpu,) = tf.config.list_physical_devices("CPU")
+        tf.config.set_logical_device_configuration(
+            cpu, [tf.config.LogicalDeviceConfiguration()] * spec["logical_cpus"]
+        )
+    if spec.get("kill_after_epoch"):
+        _kill_after_epoch(int(spec["kill_after_epoch"]))
+    from components.trainer import module
+
+    results = []
+    for fields in spec["runs"]:
+        result = module.train_and_export(make_fn_args(fields, light=True))
+        results.append({"summary": result.summary, "chief": result.chief,
+                        "serving_model_dir": result.serving_model_dir})
+        if spec.get("weights_out"):
+            weights = result.model.get_weights()
+            np.savez(spec["weights_out"].format(run=len(results) - 1), *weights)
+    if spec.get("result_out"):
+        with open(spec["result_out"], "w") as f:
+            json.dump(results, f)
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    _main(sys.argv[1])
