@@ -11,6 +11,7 @@ Example:
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -29,14 +30,19 @@ def write_charts(results: dict[str, Any], out_dir: Path) -> list[Path]:
     matplotlib.use("Agg")  # files only; no display needed
     title = _title(results)
     written = []
-    for file_name, value_key, label in (
-        (THROUGHPUT_PNG, "samples_per_sec", "samples / s"),
-        (MEMORY_PNG, "peak_memory_mb", "peak memory, MB"),
+    for file_name, value_key, label, heading in (
+        (THROUGHPUT_PNG, "samples_per_sec", "samples / s", "Training throughput"),
+        (MEMORY_PNG, "training_memory_mb", "MB above the idle process",
+         "Peak memory added by training"),
     ):
         path = out_dir / file_name
-        _bar_chart(rows, value_key, label, f"{label.split(',')[0].capitalize()} — {title}", path)
+        _bar_chart(rows, value_key, label, f"{heading} — {title}", path)
         written.append(path)
     return written
+
+
+def _short_number(value: float) -> str:
+    return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
 
 
 def _title(results: dict[str, Any]) -> str:
@@ -57,7 +63,7 @@ def _bar_chart(
     precisions = list(dict.fromkeys(row["precision"] for row in rows))
     xla_settings = sorted({row["xla"] for row in rows})
     figure, axes = plt.subplots(
-        1, len(models), figsize=(4.2 * len(models), 3.8), squeeze=False
+        1, len(models), figsize=(4.6 * len(models), 4.0), squeeze=False
     )
     width = 0.8 / len(xla_settings)
     for axis, model in zip(axes[0], models, strict=True):
@@ -68,16 +74,16 @@ def _bar_chart(
                 row = cells.get((precision, xla))
                 if row is None or row["status"] != "ok":
                     if row is not None:
-                        missing.append(f"{precision} xla={'on' if xla else 'off'}: "
-                                       f"{row['status']}")
+                        name = precision.replace("mixed_", "") + ("+XLA" if xla else "")
+                        missing.append(f"{name} {row['status']}")
                     continue
                 x = index + (offset - (len(xla_settings) - 1) / 2) * width
-                label = f"XLA {'on' if xla else 'off'}"
-                labelled = label in axis.get_legend_handles_labels()[1]
+                legend = f"XLA {'on' if xla else 'off'}"
+                known = legend in axis.get_legend_handles_labels()[1]
                 bars = axis.bar(x, row[value_key], width, color=_XLA_COLORS[xla],
-                                label=None if labelled else label)
+                                label=None if known else legend)
                 # Values differ by orders of magnitude (float16 on a CPU): print them.
-                axis.bar_label(bars, fmt="%.3g", fontsize=6)
+                axis.bar_label(bars, labels=[_short_number(row[value_key])], fontsize=6)
         any_row = next(iter(cells.values()))
         axis.set_title(f"{model} {'×'.join(map(str, any_row['input_shape']))}, "
                        f"batch {any_row['batch_size']}", fontsize=9)
@@ -85,8 +91,7 @@ def _bar_chart(
         axis.set_xticklabels(precisions, fontsize=8)
         axis.set_ylabel(label.replace("samples", any_row.get("unit", "samples")), fontsize=8)
         if missing:
-            axis.text(0.02, 0.98, "\n".join(missing), transform=axis.transAxes, fontsize=6,
-                      va="top")
+            axis.set_xlabel(textwrap.fill("not measured: " + ", ".join(missing), 60), fontsize=6)
         handles, labels = axis.get_legend_handles_labels()
         if handles:
             axis.legend(fontsize=7)

@@ -38,42 +38,53 @@ from pipelines.datasets import export_digits
 BEAM_ARGS = ["--direct_running_mode=in_memory", "--direct_num_workers=1"]
 
 
+def _ingested(data_root: str, examples_dir: str) -> dict[str, Any]:
+    """Ingests `data_root` into `examples_dir` unless done before; describes the splits."""
+    if not glob.glob(os.path.join(examples_dir, "Split-train", "*.gz")):
+        shutil.rmtree(examples_dir, ignore_errors=True)
+        ingest(data_root, examples_dir, os.path.join(examples_dir, "quarantine.json"))
+    train_files = [os.path.join(examples_dir, "Split-train", "*")]
+    eval_files = [os.path.join(examples_dir, "Split-eval", "*")]
+    return {
+        "examples_dir": examples_dir,
+        "train_files": train_files,
+        "eval_files": eval_files,
+        "train_examples": data_lib.count_examples(train_files),
+        "eval_examples": data_lib.count_examples(eval_files),
+        "channels": data_lib.read_channels(train_files),
+    }
+
+
 def prepare_data(data_dir: str, replicate: int) -> dict[str, Any]:
     """Exports the digits as PNG folders and ingests them (once per data_dir).
 
     Returns:
-        {"examples_dir", "train_files", "eval_files", "train_examples", "eval_examples",
-        "channels", "tfrecord_dir" (the ingested records copied `replicate` times into one
-        flat folder, the input of the ingest comparison), "tfrecord_records"}.
+        The digits' Examples ({"examples_dir", "train_files", "eval_files",
+        "train_examples", "eval_examples", "channels"}), plus "tfrecord_dir": their
+        records copied `replicate` times into one flat folder (the input of the ingest
+        comparison), "tfrecord_records", and "replicated": the same keys for those records
+        ingested, i.e. the digits `replicate` times over, whose longer epochs time more
+        steadily on a shared machine.
     """
     image_root = export_digits(os.path.join(data_dir, "digits"))
-    examples_dir = os.path.join(data_dir, "examples")
-    if not glob.glob(os.path.join(examples_dir, "Split-train", "*.gz")):
-        shutil.rmtree(examples_dir, ignore_errors=True)
-        ingest(str(image_root), examples_dir, os.path.join(data_dir, "quarantine.json"))
-    train_files = [os.path.join(examples_dir, "Split-train", "*")]
-    eval_files = [os.path.join(examples_dir, "Split-eval", "*")]
+    digits = _ingested(str(image_root), os.path.join(data_dir, "examples"))
     tfrecord_dir = os.path.join(data_dir, f"tfrecords-x{replicate}")
     if not os.path.isdir(tfrecord_dir):
         staging = tfrecord_dir + ".partial"
         shutil.rmtree(staging, ignore_errors=True)
         os.makedirs(staging)
-        sources = data_lib.list_files(train_files + eval_files)
+        sources = data_lib.list_files(digits["train_files"] + digits["eval_files"])
         for copy in range(replicate):
             for index, source in enumerate(sources):
                 shutil.copy(source, os.path.join(staging, f"part-{copy:03d}-{index}.gz"))
         os.rename(staging, tfrecord_dir)
-    train_examples = data_lib.count_examples(train_files)
-    eval_examples = data_lib.count_examples(eval_files)
+    replicated = _ingested(tfrecord_dir, os.path.join(data_dir, f"examples-x{replicate}"))
     return {
-        "examples_dir": examples_dir,
-        "train_files": train_files,
-        "eval_files": eval_files,
-        "train_examples": train_examples,
-        "eval_examples": eval_examples,
-        "channels": data_lib.read_channels(train_files),
+        **digits,
         "tfrecord_dir": tfrecord_dir,
-        "tfrecord_records": replicate * (train_examples + eval_examples),
+        "tfrecord_records": replicate * (digits["train_examples"] + digits["eval_examples"]),
+        "replicate": replicate,
+        "replicated": replicated,
     }
 
 

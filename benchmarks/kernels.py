@@ -128,3 +128,19 @@ def kernel_efficiency(
                 "of_ceiling": gflop / seconds / ceiling_gflops,
             })
     return rows
+
+
+def optimizer_update_ms(model: keras.Model) -> float:
+    """Milliseconds of one update of the model's own optimizer (e.g. Adam) on all trainable
+    weights, with gradients of ones, timed alone. Memory-bound work MFU does not count.
+
+    It updates the model's weights and optimizer state: call it after the timed windows.
+    """
+    weights = model.trainable_variables
+    gradients = [tf.ones_like(w) for w in weights]
+
+    def update() -> tf.Tensor:
+        model.optimizer.apply_gradients(zip(gradients, weights, strict=True))
+        return _first_element(tf.convert_to_tensor(weights[0]))
+
+    return _time_op(update) * 1000.0

@@ -33,6 +33,16 @@ SEED_MODEL = "seed_cnn"
 MIN_SPEEDUP_FOR_BATCH_SEARCH = 0.1
 
 
+# Typical --quick durations on the 2-core CI machine under load (for the time budget).
+SECTION_SECONDS = {
+    "largest_batch": 120.0,
+    "input_pipeline": 60.0,
+    "overhead": 110.0,
+    "publication": 45.0,
+    "pipeline": 75.0,
+}
+
+
 @dataclasses.dataclass(frozen=True)
 class Preset:
     """How long and how much each section measures."""
@@ -55,6 +65,10 @@ class Preset:
     ingest_replicate: int
     pipeline_timeout_seconds: float
     profile_steps: int
+    # A section is skipped when it would likely end after this (0: no budget); with the
+    # host and the throughput matrix always run, `--quick` stays within `make bench`'s
+    # 15 minutes on a busy 2-core machine.
+    time_budget_seconds: float
 
 
 QUICK = Preset(
@@ -69,13 +83,14 @@ QUICK = Preset(
     probe_timeout_seconds=90.0,
     max_batch=4096,
     input_epochs=3,
-    overhead_epochs=8,
+    overhead_epochs=4,
     overhead_rounds=3,
     publication_epochs=2,
     latency_runs=200,
     ingest_replicate=4,
     pipeline_timeout_seconds=600.0,
     profile_steps=10,
+    time_budget_seconds=13 * 60,
 )
 FULL = Preset(
     windows=7,
@@ -89,13 +104,14 @@ FULL = Preset(
     probe_timeout_seconds=600.0,
     max_batch=8192,
     input_epochs=5,
-    overhead_epochs=15,
+    overhead_epochs=8,
     overhead_rounds=5,
     publication_epochs=5,
     latency_runs=1000,
     ingest_replicate=10,
     pipeline_timeout_seconds=1800.0,
     profile_steps=20,
+    time_budget_seconds=0,
 )
 
 

@@ -30,6 +30,7 @@ from benchmarks.plan import (
     MIN_SPEEDUP_FOR_BATCH_SEARCH,
     QUICK,
     REFERENCE_PRECISION,
+    SECTION_SECONDS,
     SEED_MODEL,
     Preset,
     cell_skip_reason,
@@ -40,6 +41,7 @@ from pipelines.errors import UsageError
 RESULTS_JSON = "results.json"
 RESULTS_MD = "results.md"
 _UNSUPPORTED = "No OpKernel was registered"
+DATA_SECTIONS = ("input_pipeline", "overhead", "publication")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,6 +134,10 @@ class BenchRun:
     def run(self) -> int:
         """Runs the selected sections; returns the exit code (1 if a task failed)."""
         self.bench_dir.mkdir(parents=True, exist_ok=True)
+        for stale in (RESULTS_JSON, RESULTS_MD, charts.THROUGHPUT_PNG, charts.MEMORY_PNG):
+            (self.bench_dir / stale).unlink(missing_ok=True)
+        for folder in ("tasks", "logs"):
+            shutil.rmtree(self.bench_dir / folder, ignore_errors=True)
         self.say(f"mptfx bench{' --quick' if self.options.quick else ''}: writing to "
                  f"{self.bench_dir} (load average {self._load()})")
         host = self.run_host()
@@ -139,21 +145,20 @@ class BenchRun:
             self.save()
             return 1
         models = self.choose_models(host["models"])
-        sections = self.options.sections
-        if "throughput" in sections:
+        if self.wanted("throughput"):
             self.run_throughput(models)
-        if "largest_batch" in sections:
+        if self.wanted("largest_batch"):
             self.run_largest_batch(models)
         data = None
-        if {"input_pipeline", "overhead", "publication"} & set(sections):
+        if any(self.wanted(s, announce=False) for s in DATA_SECTIONS):
             data = self.prepare_data()
-        if data and "input_pipeline" in sections:
+        if data and self.wanted("input_pipeline"):
             self.run_input_pipeline(data)
-        if data and "overhead" in sections:
+        if data and self.wanted("overhead"):
             self.run_overhead(data)
-        if data and "publication" in sections:
+        if data and self.wanted("publication"):
             self.run_publication(data)
-        if "pipeline" in sections:
+        if self.wanted("pipeline"):
             self.run_pipeline()
         self.results["verdicts"] = report.verdicts(self.results)
         self.save()
@@ -168,6 +173,21 @@ class BenchRun:
         for failure in self.failures:
             self.say(f"FAILED {failure}")
         return 1 if self.failures else 0
+
+    def wanted(self, section: str, announce: bool = True) -> bool:
+        """Whether to run `section`: selected, and (with --quick) likely to end in time."""
+        if section not in self.options.sections:
+            return False
+        budget = self.preset.time_budget_seconds
+        elapsed = time.monotonic() - self.started
+        if budget and elapsed + SECTION_SECONDS.get(section, 0) > budget:
+            if announce:
+                reason = (f"skipped: {elapsed:.0f} s gone of the {budget:.0f} s --quick "
+                          "budget (a busy machine); run it alone with --sections")
+                self.results.setdefault("skipped_sections", {})[section] = reason
+                self.say(f"  {section}: {reason}")
+            return False
+        return True
 
     def run_host(self) -> dict[str, Any] | None:
         self.say("  host: devices, auto's choice, matmul ceilings ...")
@@ -423,9 +443,10 @@ class BenchRun:
             "windows": self.preset.windows,
             "time_budget_seconds": self.preset.cell_budget_seconds,
         }
-        self.say(f"  input pipeline: Trainer tf.data vs model at {input_sizes} ...")
+        self.say(f"  input pipeline: Trainer tf.data vs model at {input_sizes}, digits "
+                 f"x{data['replicate']} ...")
         outcome = self.task("input_pipeline", {
-            "data": data,
+            "data": data["replicated"],
             "model": defaults["model"],
             "input_sizes": input_sizes,
             "batch_size": defaults["batch_size"],
@@ -461,9 +482,10 @@ class BenchRun:
     def run_overhead(self, data: dict[str, Any]) -> None:
         defaults = self._pipeline_defaults()
         self.say(f"  trainer overhead: run_fn vs plain model.fit, {defaults['model']} "
-                 f"{defaults['input_size']}, {self.preset.overhead_rounds} rounds ...")
+                 f"{defaults['input_size']}, digits x{data['replicate']}, "
+                 f"{self.preset.overhead_rounds} rounds ...")
         outcome = self.task("trainer_overhead", {
-            "data": data,
+            "data": data["replicated"],
             "model": defaults["model"],
             "input_size": defaults["input_size"],
             "batch_size": defaults["batch_size"],

@@ -47,6 +47,7 @@ def _cell(precision: str, xla: bool, rate: float, **extra) -> dict:
         "model": "seed_cnn", "precision": precision, "xla": xla, "status": "ok",
         "batch_size": 32, "input_shape": [64, 64, 1], "unit": "images",
         "samples_per_sec": rate, "step_ms": 32000 / rate, "peak_memory_mb": 900.0,
+        "training_memory_mb": 200.0,
         "memory_kind": "peak RSS", "achieved_gflops": rate * 0.13, "ceiling_gflops": 200.0,
         "mfu": rate * 0.13 / 200.0, "error": None, **extra,
     }
@@ -86,7 +87,7 @@ def results() -> dict:
         "throughput": rows,
         "overhead": {
             "status": "ok", "model": "seed_cnn", "input_size": [16, 16], "batch_size": 32,
-            "precision": "float32", "xla": False, "epochs": 4, "rounds": 2,
+            "precision": "float32", "xla": False, "epochs": 4, "rounds": 2, "train_examples": 5748,
             "plain_fit_images_per_sec": 4000.0,
             "plain_fit_on_trainer_dataset_images_per_sec": 2000.0,
             "trainer_images_per_sec": 1900.0, "ratio": 0.475, "dataset_ratio": 0.5,

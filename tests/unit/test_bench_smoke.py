@@ -7,7 +7,7 @@ import json
 
 def test_tiny_bench_writes_sane_table_json_and_charts(mptfx, tmp_path):
     result = mptfx(
-        "bench", "--workspace", str(tmp_path), "--sections", "throughput",
+        "bench", "--quick", "--workspace", str(tmp_path), "--sections", "throughput",
         "--models", "seed_cnn", "--precisions", "float32", "--xla", "off",
         "--input-shape", "16x16x1", "--batch-size", "8",
         "--windows", "2", "--window-seconds", "0.1", "--warmup-seconds", "0",
@@ -20,7 +20,8 @@ def test_tiny_bench_writes_sane_table_json_and_charts(mptfx, tmp_path):
     assert cell["status"] == "ok"
     assert cell["speedup"] == 1.0  # the reference cell against itself, same run
     assert len(cell["window_rates"]) == 2
-    for key in ("samples_per_sec", "step_ms", "peak_memory_mb", "achieved_gflops",
+    for key in ("samples_per_sec", "step_ms", "peak_memory_mb", "training_memory_mb",
+                "achieved_gflops",
                 "ceiling_gflops", "mfu"):
         assert cell[key] > 0, key
     assert cell["mfu"] < 1.5  # a sane fraction of the ceiling measured beside it
@@ -30,6 +31,9 @@ def test_tiny_bench_writes_sane_table_json_and_charts(mptfx, tmp_path):
     assert results["host"]["ceilings"]["float32"]["gflops"] > 0
     markdown = (bench / "results.md").read_text()
     assert "| seed_cnn | 16×16×1 | 8 | float32 | off |" in markdown
+    # The MFU cell explains itself: each counted pass timed alone, and the profiler's ops.
+    assert "| conv2 | weight gradient |" in markdown
+    assert cell["optimizer_update_ms"] > 0 and cell["profile"]
     for chart in ("throughput.png", "memory.png"):
         assert (bench / chart).read_bytes()[:4] == b"\x89PNG"
     assert "results.md" in result.stdout
