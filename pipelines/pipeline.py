@@ -38,6 +38,18 @@ MASK_KEY = "mask"
 DICE_METRIC = "dice"
 
 
+def _gate(floor: float, max_regression: float) -> tfma.MetricThreshold:
+    """A higher-is-better metric: at least `floor`, and at most `max_regression` below the
+    baseline (the latest blessed model)."""
+    return tfma.MetricThreshold(
+        value_threshold=tfma.GenericValueThreshold(lower_bound={"value": floor}),
+        change_threshold=tfma.GenericChangeThreshold(
+            direction=tfma.MetricDirection.HIGHER_IS_BETTER,
+            absolute={"value": -max_regression},
+        ),
+    )
+
+
 def build_eval_config(config: Config) -> tfma.EvalConfig:
     """TFMA: accuracy with an absolute floor and a regression bound against the baseline,
     per-class accuracy (= recall, by slicing on the label) and a confusion matrix.
@@ -46,15 +58,7 @@ def build_eval_config(config: Config) -> tfma.EvalConfig:
     """
     if model_task(config.model.name) == SEGMENTATION:
         return build_segmentation_eval_config(config)
-    accuracy_threshold = tfma.MetricThreshold(
-        value_threshold=tfma.GenericValueThreshold(
-            lower_bound={"value": config.evaluator.min_accuracy}
-        ),
-        change_threshold=tfma.GenericChangeThreshold(
-            direction=tfma.MetricDirection.HIGHER_IS_BETTER,
-            absolute={"value": -config.evaluator.max_regression},
-        ),
-    )
+    accuracy_threshold = _gate(config.evaluator.min_accuracy, config.evaluator.max_regression)
     return tfma.EvalConfig(
         model_specs=[
             tfma.ModelSpec(
@@ -94,15 +98,7 @@ def build_segmentation_eval_config(config: Config) -> tfma.EvalConfig:
     Dice is TFMA's F1 score at threshold 0.5 on the flattened mask (the `mask` feature)
     and the served foreground `probabilities`: 2TP / (2TP + FP + FN) = 2|P∩T| / (|P|+|T|).
     """
-    dice_threshold = tfma.MetricThreshold(
-        value_threshold=tfma.GenericValueThreshold(
-            lower_bound={"value": config.evaluator.min_dice}
-        ),
-        change_threshold=tfma.GenericChangeThreshold(
-            direction=tfma.MetricDirection.HIGHER_IS_BETTER,
-            absolute={"value": -config.evaluator.max_regression},
-        ),
-    )
+    dice_threshold = _gate(config.evaluator.min_dice, config.evaluator.max_regression)
     return tfma.EvalConfig(
         model_specs=[
             tfma.ModelSpec(

@@ -97,6 +97,21 @@ def _export_segmentation_model(
     return export_dir
 
 
+def build_in_float32(
+    model_name: str,
+    model_params: Mapping[str, object],
+    input_shape: tuple[int, ...],
+    num_classes: int,
+) -> keras.Model:
+    """Builds a registry model under the float32 policy, leaving the caller's policy as is."""
+    previous_policy = keras.mixed_precision.global_policy()
+    keras.mixed_precision.set_dtype_policy("float32")
+    try:
+        return build_model(model_name, input_shape, num_classes, **dict(model_params))
+    finally:
+        keras.mixed_precision.set_dtype_policy(previous_policy)
+
+
 def rebuild_in_float32(
     trained_model: keras.Model,
     model_name: str,
@@ -115,12 +130,7 @@ def rebuild_in_float32(
     Raises:
         ValueError: if the rebuilt model's weights do not match the trained model's.
     """
-    previous_policy = keras.mixed_precision.global_policy()
-    keras.mixed_precision.set_dtype_policy("float32")
-    try:
-        float_model = build_model(model_name, input_shape, num_classes, **dict(model_params))
-    finally:
-        keras.mixed_precision.set_dtype_policy(previous_policy)
+    float_model = build_in_float32(model_name, model_params, input_shape, num_classes)
     trained_weights = trained_model.get_weights()
     if len(trained_weights) != len(float_model.weights):
         raise ValueError(
@@ -135,8 +145,6 @@ def rebuild_in_float32(
     )
     return float_model
 
-
-_rebuild_in_float32 = rebuild_in_float32  # the name this module used before
 
 
 class _ServingFunctions:

@@ -25,7 +25,7 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from models import build_model
+from components.trainer.export import build_in_float32
 
 KERAS_DIR = "Format-Keras"
 WEIGHTS_FILE = "model.weights.h5"
@@ -71,12 +71,7 @@ def warm_start_weights(
     if not tf.io.gfile.exists(path):
         logging.info("Trainer: base model has no %s; training from scratch", path)
         return None
-    previous_policy = keras.mixed_precision.global_policy()
-    keras.mixed_precision.set_dtype_policy("float32")
-    try:
-        base = build_model(model_name, input_shape, num_classes, **dict(model_params))
-    finally:
-        keras.mixed_precision.set_dtype_policy(previous_policy)
+    base = build_in_float32(model_name, model_params, input_shape, num_classes)
     try:
         base.load_weights(path)
         weights = base.get_weights()
