@@ -110,7 +110,8 @@ def test_verdicts_name_the_fastest_cell_auto_and_the_targets(results):
     assert "fastest cell is mixed_bfloat16 with XLA off" in text
     assert "runs at 0.50× the fastest cell" in text
     assert "MFU target (60% of the matmul ceiling) does NOT hold" in text  # 39%
-    assert "the input pipeline (decoding every epoch on the cores that train) is the cost" in text
+    assert "Trainer's own tf.data pipeline runs at 0.50" in text
+    assert "the Trainer runs at 0.95 of that" in text
     assert "TF Lite fp16: 0.600× the fp32 size > (misses) 0.52×" in text
 
 
