@@ -7,8 +7,9 @@ split after every epoch:
 - plain fit: what a Keras user writes: decode the images once into memory,
   `model.fit(x, y, ...)`;
 - plain fit on the Trainer's dataset: the same `fit`, fed by the Trainer's own tf.data
-  pipeline (`make_dataset`: read, decode PNG, resize, every epoch), without the Trainer's
-  callbacks; it separates the cost of the input pipeline from the rest;
+  pipeline (`make_dataset` with its defaults: read, decode PNG and resize in the first
+  epoch, from the in-memory cache after), without the Trainer's callbacks; it separates
+  the cost of the input pipeline from the rest;
 - the Trainer: `run_fn` as TFX calls it (its pipeline, TensorBoard, verbose=2, export).
 
 All are timed by the same instrument, `ThroughputCallback` (train images/sec per epoch,

@@ -460,8 +460,9 @@ class BenchRun:
             section["rows"] = outcome.result["rows"]
             for row in section["rows"]:
                 self.say(f"    {row['input_size']}: delivered "
-                         f"{row['delivered_images_per_sec']:.0f} img/s, model consumes "
-                         f"{row['consumed_images_per_sec']:.0f} img/s, ratio {row['ratio']:.2f}")
+                         f"{row['delivered_images_per_sec']:.0f} img/s decoding, "
+                         f"{row['delivered_cached_images_per_sec']:.0f} img/s cached; model "
+                         f"consumes {row['consumed_images_per_sec']:.0f} img/s")
         self.results["input_pipeline"] = section
         self.save()
 

@@ -132,6 +132,9 @@ class TrainerSection(_Section):
     warm_start: bool = False
     # BackupAndRestore checkpoints; "" = <pipeline root>/Trainer/backup.
     backup_dir: str = ""
+    # Decode the examples once and keep them in memory when they take at most this many MB
+    # (float32 after resizing); 0 = read and decode the files every epoch.
+    cache_max_mb: int = Field(1024, ge=0)
 
 
 class EvaluatorSection(_Section):

@@ -31,7 +31,9 @@ MASK_KEY = "mask"
 LABELS_FILE = "labels.json"
 TRAIN_SPLIT_DIR = "Split-train"
 COMPRESSION = "GZIP"
-_SHUFFLE_BUFFER = 10_000  # serialized examples; the digits set fits whole
+_SHUFFLE_BUFFER = 10_000  # examples; the digits set fits whole
+# Decoded examples are kept in memory when they take at most this much (trainer.cache_max_mb).
+DEFAULT_CACHE_MAX_MB = 1024
 _FEATURE_SPEC = {
     IMAGE_KEY: tf.io.FixedLenFeature([], tf.string),
     LABEL_KEY: tf.io.FixedLenFeature([], tf.int64),
@@ -158,6 +160,7 @@ def make_dataset(
     seed: int = 42,
     num_examples: int | None = None,
     repeat: bool = False,
+    cache_max_mb: float = DEFAULT_CACHE_MAX_MB,
 ) -> tf.data.Dataset:
     """Returns batches of (float32 images [b, H, W, C] in [0, 1], int64 labels [b]).
 
@@ -171,6 +174,10 @@ def make_dataset(
             steps per epoch up front, and a wrong count fails loudly.
         repeat: repeat forever (multi-worker training, where every worker must run the
             same number of steps: pass `steps_per_epoch` to fit).
+        cache_max_mb: when `num_examples` is known and the decoded float32 examples take
+            at most this many MB, they are decoded once and kept in memory, and later
+            epochs only shuffle and batch them; otherwise every epoch reads and decodes
+            the files again. 0 never caches.
     """
     if channels not in (1, 3, 4):
         raise ValueError(f"channels must be 1, 3 or 4. Received: channels={channels}")
@@ -180,7 +187,9 @@ def make_dataset(
         image = decode_image(features[IMAGE_KEY], channels)
         return preprocess_images(image, input_size), features[LABEL_KEY]
 
-    return _batched(file_patterns, parse, batch_size, shuffle, seed, num_examples, repeat)
+    example_bytes = 4 * int(input_size[0]) * int(input_size[1]) * channels + 8
+    cache = _fits_in_cache(num_examples, example_bytes, cache_max_mb)
+    return _batched(file_patterns, parse, batch_size, shuffle, seed, num_examples, repeat, cache)
 
 
 def make_volume_dataset(
@@ -192,6 +201,7 @@ def make_volume_dataset(
     seed: int = 42,
     num_examples: int | None = None,
     repeat: bool = False,
+    cache_max_mb: float = DEFAULT_CACHE_MAX_MB,
 ) -> tf.data.Dataset:
     """Returns batches of (float32 volumes [b, D, H, W, C] in [0, 1], float32 masks
     [b, D, H, W, 1] of 0/1); the other arguments are those of `make_dataset`."""
@@ -209,7 +219,15 @@ def make_volume_dataset(
         mask = tf.reshape(tf.cast(features[MASK_KEY], tf.float32), [depth, height, width, 1])
         return volume, mask
 
-    return _batched(file_patterns, parse, batch_size, shuffle, seed, num_examples, repeat)
+    example_bytes = 4 * depth * height * width * (channels + 1)
+    cache = _fits_in_cache(num_examples, example_bytes, cache_max_mb)
+    return _batched(file_patterns, parse, batch_size, shuffle, seed, num_examples, repeat, cache)
+
+
+def _fits_in_cache(num_examples: int | None, example_bytes: int, cache_max_mb: float) -> bool:
+    if cache_max_mb < 0:
+        raise ValueError(f"cache_max_mb must be >= 0. Received: cache_max_mb={cache_max_mb}")
+    return num_examples is not None and num_examples * example_bytes <= cache_max_mb * 2**20
 
 
 def _batched(
@@ -220,7 +238,13 @@ def _batched(
     seed: int,
     num_examples: int | None,
     repeat: bool,
+    cache: bool,
 ) -> tf.data.Dataset:
+    """Read -> (cache: parse once, keep in memory ->) shuffle -> repeat -> parse -> batch.
+
+    Without the cache the serialized records are shuffled (cheap to hold) and parsed every
+    epoch; with it the decoded examples are shuffled, so each epoch still sees a new order.
+    """
     dataset = tf.data.TFRecordDataset(
         list_files(file_patterns),
         compression_type=COMPRESSION,
@@ -228,11 +252,14 @@ def _batched(
     )
     if num_examples is not None:
         dataset = dataset.apply(tf.data.experimental.assert_cardinality(num_examples))
+    if cache:
+        dataset = dataset.map(parse, num_parallel_calls=tf.data.AUTOTUNE).cache()
     if shuffle:
         dataset = dataset.shuffle(_SHUFFLE_BUFFER, seed=seed, reshuffle_each_iteration=True)
     if repeat:
         dataset = dataset.repeat()
-    dataset = dataset.map(parse, num_parallel_calls=tf.data.AUTOTUNE)
+    if not cache:
+        dataset = dataset.map(parse, num_parallel_calls=tf.data.AUTOTUNE)
     dataset = dataset.batch(batch_size).prefetch(tf.data.AUTOTUNE)
     # The ingest writes one file per split: shard by element, not by file, across workers.
     options = tf.data.Options()

@@ -77,6 +77,7 @@ _DEFAULT_CONFIG: dict[str, dict[str, Any]] = {
         "divergence_patience": 5,
         "warm_start": False,
         "backup_dir": "",
+        "cache_max_mb": data_lib.DEFAULT_CACHE_MAX_MB,
     },
     "export": {"serving_precision": "float32"},
 }
@@ -255,7 +256,8 @@ def compile_training_model(
 
 
 def _datasets(
-    fn_args: tfx.components.FnArgs, task: _Task, runtime: _Runtime, seed: int, repeat: bool
+    fn_args: tfx.components.FnArgs, task: _Task, runtime: _Runtime, seed: int, repeat: bool,
+    cache_max_mb: float,
 ) -> tuple[tf.data.Dataset, tf.data.Dataset, int, int]:
     train_examples = data_lib.count_examples(fn_args.train_files)
     eval_examples = data_lib.count_examples(fn_args.eval_files)
@@ -264,12 +266,14 @@ def _datasets(
             return data_lib.make_dataset(
                 files, task.input_shape[:2], task.channels, runtime.global_batch_size,
                 shuffle=shuffle, seed=seed, num_examples=count, repeat=repeat,
+                cache_max_mb=cache_max_mb,
             )
     else:
         def make(files, shuffle, count):
             return data_lib.make_volume_dataset(
                 files, task.input_shape[:3], task.channels, runtime.global_batch_size,
                 shuffle=shuffle, seed=seed, num_examples=count, repeat=repeat,
+                cache_max_mb=cache_max_mb,
             )
     return (
         make(fn_args.train_files, True, train_examples),
@@ -341,7 +345,8 @@ def train_and_export(fn_args: tfx.components.FnArgs) -> TrainingResult:
 
     task = _resolve_task(model_config, config["data"], fn_args.train_files)
     train_dataset, eval_dataset, train_examples, eval_examples = _datasets(
-        fn_args, task, runtime, seed, repeat=multi_worker
+        fn_args, task, runtime, seed, repeat=multi_worker,
+        cache_max_mb=float(trainer["cache_max_mb"]),
     )
     fit_steps: dict[str, int] = {}
     if multi_worker:

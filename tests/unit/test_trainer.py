@@ -8,8 +8,10 @@ small synthetic volumes.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+import shutil
 
 import keras
 import numpy as np
@@ -232,6 +234,46 @@ def test_dataset_yields_normalised_images_at_the_input_size(examples_uri, channe
     assert 0.0 <= float(tf.reduce_min(images)) and float(tf.reduce_max(images)) <= 1.0
     assert float(tf.reduce_max(images)) > 0.9  # digits strokes reach full intensity
     assert len(list(dataset)) == -(-num_train // 64)
+
+
+def _one_epoch(dataset: tf.data.Dataset) -> tuple[np.ndarray, np.ndarray]:
+    images, labels = zip(*dataset.as_numpy_iterator(), strict=True)
+    return np.concatenate(images), np.concatenate(labels)
+
+
+def test_decoded_images_are_cached_in_memory_and_reshuffled_every_epoch(examples_uri, tmp_path):
+    shutil.copytree(os.path.join(examples_uri, "Split-train"), tmp_path / "Split-train")
+    patterns = [str(tmp_path / "Split-train" / "*")]
+    count = data_lib.count_examples(patterns)
+    make = functools.partial(data_lib.make_dataset, patterns, [12, 10], 1, batch_size=16,
+                             shuffle=True, num_examples=count)
+    cached, uncached = make(), make(cache_max_mb=0)
+    first_images, first_labels = _one_epoch(cached)
+    _one_epoch(uncached)
+    shutil.rmtree(tmp_path / "Split-train")  # later epochs must not need the files
+
+    second_images, second_labels = _one_epoch(cached)
+    assert len(second_labels) == count
+    assert not np.array_equal(first_labels, second_labels)  # a new order
+    np.testing.assert_array_equal(  # the same images
+        np.sort(first_images.reshape(count, -1).sum(axis=1)),
+        np.sort(second_images.reshape(count, -1).sum(axis=1)),
+    )
+    with pytest.raises(tf.errors.NotFoundError):  # without the cache: decoded every epoch
+        _one_epoch(uncached)
+
+
+def test_data_larger_than_the_cache_limit_is_not_cached(examples_uri, tmp_path):
+    shutil.copytree(os.path.join(examples_uri, "Split-train"), tmp_path / "Split-train")
+    patterns = [str(tmp_path / "Split-train" / "*")]
+    count = data_lib.count_examples(patterns)
+    # count images of 12x10x1 float32 (+ an int64 label) need count * 488 bytes.
+    dataset = data_lib.make_dataset(patterns, [12, 10], 1, batch_size=16, shuffle=False,
+                                    num_examples=count, cache_max_mb=count * 480 / 2**20)
+    _one_epoch(dataset)
+    shutil.rmtree(tmp_path / "Split-train")
+    with pytest.raises(tf.errors.NotFoundError):
+        _one_epoch(dataset)
 
 
 # --- run_fn and the exported model ----------------------------------------------------
