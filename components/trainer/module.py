@@ -34,6 +34,7 @@ from components.trainer.callbacks import (
     LOSS_SCALE,
     DivergenceGuard,
     EpochHistory,
+    EpochTensorBoard,
     ThroughputCallback,
     TrainingStatsCallback,
 )
@@ -393,7 +394,7 @@ def train_and_export(fn_args: tfx.components.FnArgs) -> TrainingResult:
             ),
             epoch_history,  # after the callbacks that add to the epoch logs
             keras.callbacks.BackupAndRestore(backup_dir),
-            keras.callbacks.TensorBoard(os.path.join(model_run_dir, LOG_DIR)),
+            EpochTensorBoard(os.path.join(model_run_dir, LOG_DIR)),
         ]
         train_started = time.perf_counter()
         model.fit(

@@ -24,7 +24,7 @@ import models
 from components.trainer import data as data_lib
 from components.trainer import export as export_lib
 from components.trainer import module, strategy
-from components.trainer.callbacks import ThroughputCallback
+from components.trainer.callbacks import EpochTensorBoard, ThroughputCallback
 from components.trainer.lint import MixedPrecisionLintError
 from components.trainer.precision import (
     DeviceDescription,
@@ -311,6 +311,33 @@ def _tensorboard_tags(model_run_dir: str) -> set[str]:
         for event in tf.compat.v1.train.summary_iterator(path):
             tags.update(value.tag for value in event.summary.value)
     return tags
+
+
+def _fit_with_tensorboard(callback_class: type, log_dir: str, update_freq: object) -> None:
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+    model.compile("sgd", "mse")
+    x = np.random.default_rng(0).random((64, 3), dtype=np.float32)
+    model.fit(x, x[:, :1], batch_size=8, epochs=2, verbose=0,
+              callbacks=[callback_class(log_dir, update_freq=update_freq)])
+
+
+def _event_kinds(log_dir: str) -> tuple[set[str], bool]:
+    tags, graph = set(), False
+    for path in tf.io.gfile.glob(os.path.join(log_dir, "train", "*")):
+        for event in tf.compat.v1.train.summary_iterator(path):
+            tags.update(value.tag for value in event.summary.value)
+            graph = graph or bool(event.graph_def)
+    return tags, graph
+
+
+@pytest.mark.parametrize("update_freq", ["epoch", 1])
+def test_epoch_tensorboard_writes_what_keras_tensorboard_writes(tmp_path, update_freq):
+    _fit_with_tensorboard(keras.callbacks.TensorBoard, str(tmp_path / "keras"), update_freq)
+    _fit_with_tensorboard(EpochTensorBoard, str(tmp_path / "ours"), update_freq)
+    tags, graph = _event_kinds(str(tmp_path / "ours"))
+    assert (tags, graph) == _event_kinds(str(tmp_path / "keras"))
+    assert "epoch_loss" in tags
+    assert ("batch_loss" in tags) is (update_freq == 1)
 
 
 def test_keras_weights_are_saved_beside_the_serving_model(trained):
