@@ -91,6 +91,9 @@ def results() -> dict:
             "plain_fit_images_per_sec": 4000.0,
             "plain_fit_on_trainer_dataset_images_per_sec": 2000.0,
             "trainer_images_per_sec": 1900.0, "ratio": 0.475, "dataset_ratio": 0.5,
+            "plain_runs": [{"images_per_sec_per_epoch": [900.0, 4000.0, 4000.0]}],
+            "dataset_runs": [{"images_per_sec_per_epoch": [900.0, 2000.0, 2000.0]}],
+            "trainer_runs": [{"images_per_sec_per_epoch": [900.0, 1800.0, 2000.0]}],
         },
         "publication": {"status": "ok", "rows": [
             _format_row("fp32", 1000, 1.0),
@@ -112,6 +115,7 @@ def test_verdicts_name_the_fastest_cell_auto_and_the_targets(results):
     assert "MFU target (60% of the matmul ceiling) does NOT hold" in text  # 39%
     assert "Trainer's own tf.data pipeline runs at 0.50" in text
     assert "the Trainer runs at 0.95 of that" in text
+    assert "single epochs of one variant range over ±5% of its median" in text  # 1800-2000
     assert "TF Lite fp16: 0.600× the fp32 size > (misses) 0.52×" in text
 
 
@@ -119,7 +123,7 @@ def test_markdown_shows_every_cell_including_the_failed_one(results):
     markdown = report.render_markdown(results)
     assert "| seed_cnn | 64×64×1 | 32 | mixed_bfloat16 | off | 1,200.0 images/s |" in markdown
     assert "timeout: timed out after 150 s" in markdown
-    assert "| mptfx Trainer `run_fn` | 1,900 | 0.47 |" in markdown
+    assert "| mptfx Trainer `run_fn` | 1,900 | 1,800–2,000 | 0.47 |" in markdown
     assert "| TF Lite fp16 | 0.6 | 0.600 |" in markdown
 
 
