@@ -177,8 +177,8 @@ def _command_submit(args: argparse.Namespace) -> int:
               f"namespace {namespace}; watch it with: mptfx k8s status {run_id}")
         return EXIT_OK
 
-    log_dir = Path(args.log_dir or Path(config.kubernetes.workspace if args.in_cluster
-                                        else "workspace") / "runs" / run_id)
+    workspace_root = Path(config.kubernetes.workspace if args.in_cluster else "workspace")
+    log_dir = Path(args.log_dir or workspace_root / "runs" / run_id)
     with _library_output_to(log_dir / "driver.log", console_fd=1) as out:
         if args.resume:
             from pipelines.node_entrypoint import load_ir
@@ -206,6 +206,9 @@ def _command_submit(args: argparse.Namespace) -> int:
                   f"mptfx k8s submit --resume {run_id}", file=out)
             return EXIT_INTERRUPTED
         _print_report(report, out)
+        from pipelines.k8s_tracking import record_run
+
+        record_run(config, ir, report, log_dir, workspace_root, out)
     if not report.succeeded:
         failed = report.failed_nodes
         print(f"mptfx: error: run {run_id} failed at {', '.join(failed) or 'a node'}: "

@@ -268,7 +268,9 @@ def run_tags(
         "mptfx.pushed_path": pushed.get("path") if pushed.get("pushed") else None,
         "tensorboard_logs": logs,
         "tensorboard_command": f"tensorboard --logdir {logs}" if logs else None,
-        "mlflow.source.name": "mptfx run",
+        "mptfx.orchestrator": summary.get("orchestrator") or "local",
+        "mlflow.source.name": ("mptfx k8s submit" if summary.get("orchestrator") == "kubernetes"
+                               else "mptfx run"),
     }
     for name, info in (summary.get("components") or {}).items():
         tags[f"mlmd.execution_id.{name}"] = info.get("execution_id")

@@ -302,6 +302,46 @@ def test_replay_produces_the_same_artifacts_and_blessing_as_the_local_run(replay
     assert schemas[0] == schemas[1]
 
 
+def test_the_driver_records_the_replayed_run_in_mlflow(replay, postgres, monkeypatch, tmp_path):
+    from mlflow import MlflowClient
+
+    from pipelines.k8s_tracking import record_run
+
+    monkeypatch.setenv("MPTFX_MLMD_PASSWORD", postgres["password"])
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    out = io.StringIO()
+    summary = record_run(replay["config"], replay["ir"], replay["report"], tmp_path / "log",
+                         tmp_path / "ws", out)
+    assert summary["status"] == "completed" and summary["orchestrator"] == "kubernetes"
+    assert json.loads((tmp_path / "log" / "summary.json").read_text())["mlflow"] == \
+        summary["mlflow"]
+    client = MlflowClient(f"sqlite:///{tmp_path / 'ws' / 'mlflow.db'}")
+    run = client.get_run(summary["mlflow"]["run_id"])
+    assert run.data.tags["mptfx.orchestrator"] == "kubernetes"
+    assert run.data.tags["mptfx.tfx_run_id"] == replay["run_id"]
+    assert run.data.metrics["eval/accuracy"] == summary["eval"]["accuracy"] >= 0.5
+    assert run.data.metrics["seconds/Trainer"] > 0
+    assert run.data.params["precision_requested"] == "auto"
+    assert run.data.params["config.trainer.epochs"] == "3"
+    champion = client.get_model_version_by_alias("digits", "champion")
+    assert champion.run_id == run.info.run_id
+    assert f"mlflow: run {run.info.run_id}" in out.getvalue()
+
+
+def test_an_unreadable_metadata_database_is_one_warning_not_a_failure(replay, monkeypatch,
+                                                                     tmp_path):
+    from pipelines.k8s_tracking import record_run
+
+    monkeypatch.setenv("MPTFX_MLMD_PASSWORD", "not-the-password")
+    out = io.StringIO()
+    assert record_run(replay["config"], replay["ir"], replay["report"], tmp_path / "log",
+                      tmp_path / "ws", out) == {}
+    lines = out.getvalue().strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(
+        f"mptfx: warning: run {replay['run_id']} not tracked: ML Metadata at postgresql://")
+    assert not (tmp_path / "ws" / "mlflow.db").exists()
+
+
 def _shape(info: dict) -> dict[str, int]:
     """Output key -> number of artifacts (type ids differ between two databases)."""
     return {key: len(artifacts) for key, artifacts in info["outputs"].items()}

@@ -1,0 +1,92 @@
+"""Records a Kubernetes run in MLflow, as `mptfx run` records a local one.
+
+After the driver (`mptfx k8s submit`) has seen every node finish, it reads the run's outputs
+from the cluster's ML Metadata database, writes `<log dir>/summary.json` and logs the run to
+the tracking store (`tracking.uri`, else MLFLOW_TRACKING_URI, else
+`sqlite:///<workspace>/mlflow.db`, the driver's workspace): the same params, metrics, artifacts and
+registry aliases as a local run, tagged `mptfx.orchestrator=kubernetes`.
+
+Tracking never changes the run's outcome: an unreachable ML Metadata database or MLflow
+server is one warning line naming it.
+
+Example:
+
+    summary = record_run(config, ir, report, Path("workspace/runs/r1"), Path("workspace"),
+                         sys.stdout)
+    summary["mlflow"]["run_id"]
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, TextIO
+
+ORCHESTRATOR = "kubernetes"
+
+
+def record_run(
+    config: Any, ir: Any, report: Any, log_dir: Path, workspace_root: Path, out: TextIO
+) -> dict[str, Any]:
+    """Builds the run's summary from ML Metadata and records it in MLflow.
+
+    Args:
+        config: the run's PipelineConfig.
+        ir: the compiled pipeline (names the ML Metadata database; the password comes
+            from MPTFX_MLMD_PASSWORD, as in the pods).
+        report: the driver's RunReport (node states and seconds).
+        log_dir: the driver's log folder; summary.json is written there.
+        workspace_root: where the default tracking store lives: `kubernetes.workspace` for
+            a driver in the cluster, the local workspace for one outside it.
+        out: where the one-line messages go.
+
+    Returns:
+        summary.json's content (with an `mlflow` section when it was recorded), or {} when
+        ML Metadata could not be read.
+    """
+    from components import tracking
+    from pipelines.node_entrypoint import connection_config, describe_database
+    from pipelines.summary import build_summary, collect_outputs
+
+    connection = connection_config(ir)
+    try:
+        nodes = collect_outputs(connection, config.pipeline.name, report.run_id)
+    except Exception as error:  # the run itself is over: report, do not fail it
+        print(f"mptfx: warning: run {report.run_id} not tracked: ML Metadata at "
+              f"{describe_database(connection)} could not be read: {_one_line(error)}",
+              file=out, flush=True)
+        return {}
+    timings = {node_id: status.seconds for node_id, status in report.nodes.items()}
+    log_dir.mkdir(parents=True, exist_ok=True)
+    base = {
+        "status": "completed" if report.succeeded else "failed",
+        "run_id": report.run_id,
+        "pipeline": config.pipeline.name,
+        "orchestrator": ORCHESTRATOR,
+        "workspace": config.kubernetes.workspace,
+        "summary_path": str(log_dir / "summary.json"),
+        "log_path": str(log_dir / "driver.log"),
+        "config": config.model_dump(),
+        "wall_seconds": round(sum(s or 0.0 for s in timings.values()), 2),
+    }
+    if not report.succeeded:
+        failed = report.failed_nodes
+        base["failed_component"] = failed[0] if failed else None
+        base["error"] = (f"{failed[0]} failed: {report.nodes[failed[0]].message}"
+                         if failed else "the run did not finish")
+    summary = build_summary(nodes, timings, base)
+    summary["trainer"].setdefault("model", config.model.name)
+    Path(base["summary_path"]).write_text(json.dumps(summary, indent=2, default=str))
+    try:
+        store = tracking.resolve_store(config, workspace_root, out)
+    except Exception as error:  # tracking.required with the server down: say so, keep going
+        print(f"mptfx: warning: run {report.run_id} not tracked: {_one_line(error)}",
+              file=out, flush=True)
+        return summary
+    tracking.log_run(store, summary, out)
+    return summary
+
+
+def _one_line(error: BaseException) -> str:
+    text = " ".join(str(error).split())
+    return text or type(error).__name__
