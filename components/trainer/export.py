@@ -26,7 +26,7 @@ import numpy as np
 import tensorflow as tf
 
 from components.trainer import data as data_lib
-from components.trainer.warmup import write_warmup_requests
+from components.trainer.warmup import blank_example, write_warmup_requests
 from models import SEGMENTATION, build_model, model_task
 
 SERVING_SIGNATURE = "serving_default"
@@ -69,13 +69,12 @@ def export_serving_model(
     for name, (function, input_signature) in functions.endpoints().items():
         archive.add_endpoint(name, function, input_signature=input_signature)
     archive.write_out(export_dir, verbose=False)
-    write_warmup_requests(
-        export_dir,
-        model_name,
-        (height, width),
-        channels,
-        {SERVING_SIGNATURE: "examples", IMAGES_SIGNATURE: "images"},
-    )
+    write_warmup_requests(export_dir, model_name, {
+        SERVING_SIGNATURE: {
+            "examples": np.array([blank_example((height, width, channels))], dtype=object)
+        },
+        IMAGES_SIGNATURE: {"images": np.zeros((1, height, width, channels), np.uint8)},
+    })
     return export_dir
 
 
@@ -94,6 +93,14 @@ def _export_segmentation_model(
     for name, (function, input_signature) in functions.endpoints().items():
         archive.add_endpoint(name, function, input_signature=input_signature)
     archive.write_out(export_dir, verbose=False)
+    depth, height, width, channels = input_shape
+    write_warmup_requests(export_dir, model_name, {
+        SERVING_SIGNATURE: {
+            "examples": np.array([blank_example((depth * height, width, channels))],
+                                 dtype=object)
+        },
+        VOLUMES_SIGNATURE: {"volumes": np.zeros((1, *input_shape), np.uint8)},
+    })
     return export_dir
 
 

@@ -3,8 +3,15 @@
 TF Serving (started with `--enable_model_warmup`) replays these PredictionLog records when
 it loads a version, before it reports the version ready, so the first real request does
 not pay for graph initialisation. One record per signature that serves real traffic, each
-with a single blank image of the training size: warm-up needs the right shapes and dtypes,
-not real data.
+with a single blank image (or volume) of the training size: warm-up needs the right shapes
+and dtypes, not real data.
+
+Example:
+
+    write_warmup_requests(export_dir, "seed_cnn", {
+        "serving_default": {"examples": np.array([blank_example((16, 16, 1))], dtype=object)},
+        "predict_images": {"images": np.zeros((1, 16, 16, 1), np.uint8)},
+    })
 """
 
 from __future__ import annotations
@@ -29,32 +36,28 @@ def _predict_log(model_name: str, signature: str, inputs: dict[str, np.ndarray])
     )
 
 
-def write_warmup_requests(
-    export_dir: str,
-    model_name: str,
-    input_size: tuple[int, int],
-    channels: int,
-    signatures: dict[str, str],
-) -> str:
-    """Write one warm-up record per signature; returns the file's path.
-
-    `signatures` maps signature name → its input kind: "examples" (a batch of serialized
-    tf.Example with a PNG `image`) or "images" (a batch of uint8 images).
-    """
-    blank = np.zeros((*input_size, channels), dtype=np.uint8)
-    png = tf.io.encode_png(blank).numpy()
-    example = tf.train.Example(features=tf.train.Features(feature={
+def blank_example(image_shape: tuple[int, int, int]) -> bytes:
+    """A serialized tf.Example whose `image` is a black PNG of `image_shape` [h, w, c] (a
+    volume's D slices are stacked vertically: [D*H, W, C], as the ingest stores them)."""
+    png = tf.io.encode_png(np.zeros(image_shape, dtype=np.uint8)).numpy()
+    return tf.train.Example(features=tf.train.Features(feature={
         "image": tf.train.Feature(bytes_list=tf.train.BytesList(value=[png])),
     })).SerializeToString()
+
+
+def write_warmup_requests(
+    export_dir: str, model_name: str, requests: dict[str, dict[str, np.ndarray]]
+) -> str:
+    """Writes one warm-up record per signature; returns the file's path.
+
+    Args:
+        export_dir: the SavedModel folder.
+        model_name: the name the requests address (TF Serving ignores it during warm-up).
+        requests: signature name -> its inputs (input name -> a batch of one).
+    """
     path = os.path.join(export_dir, WARMUP_FILE)
     tf.io.gfile.makedirs(os.path.dirname(path))
     with tf.io.TFRecordWriter(path) as writer:
-        for signature, kind in signatures.items():
-            if kind == "examples":
-                inputs = {"examples": np.array([example], dtype=object)}
-            elif kind == "images":
-                inputs = {"images": blank[np.newaxis]}
-            else:
-                raise ValueError(f"unknown warm-up input kind. Received: {kind!r}")
+        for signature, inputs in requests.items():
             writer.write(_predict_log(model_name, signature, inputs).SerializeToString())
     return path
