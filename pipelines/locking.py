@@ -1,6 +1,8 @@
 """One retraining at a time: an exclusive lock that a killed holder cannot leave behind.
 
-The lock is `fcntl.flock` on a file in the workspace. The kernel drops it when the holding
+`RunLock` is `fcntl.flock` on a file in the workspace (one machine); `DatabaseRunLock` is a
+PostgreSQL advisory lock plus a row, for pods that share the cluster's database. For RunLock:
+the lock is `fcntl.flock` on a file in the workspace. The kernel drops it when the holding
 process dies, even under `kill -9`, so a stale lock is taken over by the next run without
 any timeout guessing; the file's content (pid, host, start time) is only there to tell the
 person at the terminal who holds it, or whose lock was taken over.
@@ -58,11 +60,7 @@ class RunLock:
         self.took_over = bool(self.holder)
         handle.seek(0)
         handle.truncate()
-        handle.write(json.dumps({
-            "pid": os.getpid(),
-            "host": socket.gethostname(),
-            "since": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
-        }))
+        handle.write(json.dumps(_this_process()))
         handle.flush()
         return self
 
@@ -92,3 +90,103 @@ class RunLock:
             alive = "" if _pid_alive(int(holder["pid"])) else ", no longer running"
         return (f"since {holder.get('since', '?')}, pid {holder.get('pid', '?')} "
                 f"on {holder.get('host', '?')}{alive}")
+
+
+class DatabaseRunLock:
+    """The same lock for runs on different machines or pods that share one PostgreSQL
+    database (the cluster's ML Metadata server, `kubernetes.metadata`).
+
+    Exclusion is `pg_try_advisory_lock`, held by this process's database session.
+    PostgreSQL releases it when the session ends, also when the process is killed (its
+    connection closes), so a stale lock is taken over exactly like the file lock. The row
+    `mptfx_run_locks(name)` says who holds it, and is left behind by a killed holder.
+
+        with DatabaseRunLock("retrain/digits", host="mptfx-postgres", port=5432,
+                             database="mlmd", user="mptfx", password=...) as lock:
+            ...  # the same attributes as RunLock
+
+    Raises:
+        UsageError: naming the database when it cannot be reached (the caller exits 2).
+    """
+
+    TABLE = "mptfx_run_locks"
+
+    def __init__(self, name: str, *, host: str, port: int, database: str, user: str,
+                 password: str, connect_timeout: int = 10):
+        self.name = name
+        self.url = f"postgresql://{user}@{host}:{port}/{database}"
+        self._params = {"host": host, "port": port, "dbname": database, "user": user,
+                        "password": password, "connect_timeout": connect_timeout,
+                        "application_name": "mptfx-lock"}
+        self.acquired = False
+        self.took_over = False
+        self.holder: dict[str, Any] = {}
+        self._connection = None
+
+    def __enter__(self) -> DatabaseRunLock:
+        import psycopg2
+
+        from pipelines.errors import UsageError
+
+        try:
+            connection = psycopg2.connect(**self._params)
+        except psycopg2.Error as error:
+            detail = " ".join(str(error).split())
+            raise UsageError(f"the lock database {self.url} cannot be reached: {detail}") \
+                from None
+        connection.autocommit = True
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_try_advisory_lock(hashtext(%s))", (self.name,))
+            self.acquired = bool(cursor.fetchone()[0])
+            if self.acquired:  # only the holder creates the table: no CREATE race
+                cursor.execute(f"CREATE TABLE IF NOT EXISTS {self.TABLE} "
+                               "(name text PRIMARY KEY, holder text NOT NULL)")
+            self.holder = self._read(cursor)
+            if not self.acquired:
+                connection.close()
+                return self
+            self.took_over = bool(self.holder)
+            cursor.execute(
+                f"INSERT INTO {self.TABLE} (name, holder) VALUES (%s, %s) "
+                "ON CONFLICT (name) DO UPDATE SET holder = EXCLUDED.holder",
+                (self.name, json.dumps(_this_process())),
+            )
+        self._connection = connection
+        return self
+
+    def _read(self, cursor: Any) -> dict[str, Any]:
+        import psycopg2
+
+        try:
+            cursor.execute(f"SELECT holder FROM {self.TABLE} WHERE name = %s", (self.name,))
+        except psycopg2.errors.UndefinedTable:  # nobody has ever held it
+            return {}
+        row = cursor.fetchone()
+        try:
+            return json.loads(row[0]) if row else {}
+        except ValueError:
+            return {}
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._connection is None:
+            return
+        with self._connection.cursor() as cursor:
+            cursor.execute(f"DELETE FROM {self.TABLE} WHERE name = %s", (self.name,))
+            cursor.execute("SELECT pg_advisory_unlock(hashtext(%s))", (self.name,))
+        self._connection.close()
+        self._connection = None
+
+    def describe_holder(self) -> str:
+        """`since …, pid 123 on pod-x` (+ `, no longer running` for a lock taken over)."""
+        holder = self.holder
+        gone = ", no longer running" if self.took_over else ""
+        return (f"since {holder.get('since', '?')}, pid {holder.get('pid', '?')} "
+                f"on {holder.get('host', '?')}{gone}")
+
+
+def _this_process() -> dict[str, Any]:
+    return {
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "since": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+    }

@@ -14,12 +14,13 @@
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import sys
 from pathlib import Path
 from typing import Any
 
-from pipelines.errors import EXIT_OK
+from pipelines.errors import EXIT_OK, UsageError
 
 SCHEMA_FILE = "schema.pbtxt"
 
@@ -92,10 +93,9 @@ def plan_retrain(config: Any, workspace: Any, data: Any) -> Any:
 
 def _command_retrain(args: argparse.Namespace) -> int:
     from pipelines.cli import _command_run
-    from pipelines.locking import RunLock
 
     workspace_root = Path(args.workspace).resolve()
-    with RunLock(workspace_root / "retrain.lock") as lock:
+    with _run_lock(args, workspace_root) as lock:
         if not lock.acquired:
             print(f"mptfx retrain: already running ({lock.describe_holder()}); nothing to do",
                   file=sys.stderr if args.json else sys.stdout)
@@ -106,6 +106,31 @@ def _command_retrain(args: argparse.Namespace) -> int:
         return _command_run(args, planner=plan_retrain)
 
 
+def _run_lock(args: argparse.Namespace, workspace_root: Path) -> Any:
+    """The file lock in the workspace, or with `--lock database` the row lock in the
+    PostgreSQL of `kubernetes.metadata` (password from MPTFX_MLMD_PASSWORD, as in pods)."""
+    from pipelines.locking import DatabaseRunLock, RunLock
+
+    if args.lock == "file":
+        return RunLock(workspace_root / "retrain.lock")
+    from pipelines.config import ConfigError, load_config
+    from pipelines.node_entrypoint import PASSWORD_ENV
+
+    try:
+        config = load_config(args.config, args.set or [])
+    except ConfigError as error:
+        raise UsageError(str(error)) from None
+    database = config.kubernetes.metadata
+    if database.engine != "postgresql":
+        raise UsageError(f"--lock database needs kubernetes.metadata.engine: postgresql. "
+                         f"Received: engine={database.engine!r}")
+    return DatabaseRunLock(
+        f"retrain/{config.pipeline.name}", host=database.host, port=database.port,
+        database=database.database, user=database.user,
+        password=os.environ.get(PASSWORD_ENV, ""),
+    )
+
+
 def register(commands: Any) -> None:
     """Add `mptfx retrain` to the CLI."""
     from pipelines.cli import add_run_arguments
@@ -113,4 +138,8 @@ def register(commands: Any) -> None:
     retrain = commands.add_parser(
         "retrain", help="retrain when new data arrived (for cron / a Kubernetes CronJob)")
     add_run_arguments(retrain)
+    retrain.add_argument(
+        "--lock", choices=("file", "database"), default="file",
+        help="file: <workspace>/retrain.lock (default, one machine); database: a row in the "
+        "PostgreSQL of kubernetes.metadata, for runs on different pods or machines")
     retrain.set_defaults(handler=_command_retrain)

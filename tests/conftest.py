@@ -1,9 +1,12 @@
-"""Shared test helpers: run the real `mptfx` console script as a user would."""
+"""Shared test helpers: run the real `mptfx` console script as a user would; a fresh
+database on the PostgreSQL server that .ci/run starts."""
 
 from __future__ import annotations
 
 import json
 import os
+import secrets
+import socket
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -38,3 +41,35 @@ def run_mptfx(*args: str, cwd: Path = REPO, timeout: int = 900) -> CliResult:
 @pytest.fixture(scope="session")
 def mptfx():
     return run_mptfx
+
+
+@pytest.fixture(scope="module")
+def postgres():
+    """A fresh database on the PostgreSQL server the CI started; dropped afterwards."""
+    params = {
+        "host": os.environ.get("MPTFX_TEST_PG_HOST", "127.0.0.1"),
+        "port": int(os.environ.get("MPTFX_TEST_PG_PORT", "5432")),
+        "user": os.environ.get("MPTFX_TEST_PG_USER", "mptfx"),
+        "password": os.environ.get("MPTFX_TEST_PG_PASSWORD", "mptfx"),
+    }
+    try:
+        socket.create_connection((params["host"], params["port"]), timeout=5).close()
+    except OSError as error:
+        pytest.fail(f"PostgreSQL is not reachable at {params['host']}:{params['port']} "
+                    f"({error}); .ci/run installs and starts it")
+    import psycopg2
+
+    params["database"] = f"mptfx_test_{secrets.token_hex(4)}"
+    server = {k: v for k, v in params.items() if k != "database"}
+    # Created up front, as the cluster's PostgreSQL does (POSTGRES_DB); MLMD adds its tables.
+    _sql(psycopg2, server, f'CREATE DATABASE "{params["database"]}"')
+    yield params
+    _sql(psycopg2, server, f'DROP DATABASE IF EXISTS "{params["database"]}" WITH (FORCE)')
+
+
+def _sql(psycopg2, server: dict, statement: str) -> None:
+    connection = psycopg2.connect(dbname="postgres", **server)
+    connection.autocommit = True
+    with connection.cursor() as cursor:
+        cursor.execute(statement)
+    connection.close()
