@@ -37,6 +37,7 @@ import numpy as np
 import tensorflow as tf
 from tfx import v1 as tfx
 
+from benchmarks.report import epoch_rates
 from benchmarks.training import build_compiled_model
 from components.trainer import data as data_lib
 from components.trainer import module
@@ -47,9 +48,7 @@ from components.trainer.precision import describe_devices, resolve_precision_pol
 def pooled_median(runs: list[dict[str, Any]]) -> float:
     """Median images/sec over every epoch but the first of every run: an epoch of the
     digits lasts a fraction of a second, so one run's few epochs are too noisy alone."""
-    return statistics.median(
-        rate for run in runs for rate in run["images_per_sec_per_epoch"][1:]
-    )
+    return statistics.median(epoch_rates(runs))
 
 
 def load_arrays(

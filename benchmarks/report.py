@@ -321,7 +321,7 @@ def _input_tables(results: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _epoch_rates(run_list: list[dict[str, Any]] | None) -> list[float]:
+def epoch_rates(run_list: list[dict[str, Any]] | None) -> list[float]:
     """Every epoch's images/sec but each run's first (the pooled median's sample)."""
     return [rate for run in run_list or [] for rate in
             (run.get("images_per_sec_per_epoch") or [])[1:]]
@@ -331,14 +331,14 @@ def _overhead_spread(section: dict[str, Any]) -> float | None:
     """The largest half-range of one variant's epoch rates, relative to its median."""
     spreads = []
     for key in ("plain_runs", "dataset_runs", "trainer_runs"):
-        rates = _epoch_rates(section.get(key))
+        rates = epoch_rates(section.get(key))
         if len(rates) >= 2:
             spreads.append((max(rates) - min(rates)) / 2 / statistics.median(rates))
     return max(spreads) if spreads else None
 
 
 def _range(section: dict[str, Any], key: str) -> str:
-    rates = _epoch_rates(section.get(key))
+    rates = epoch_rates(section.get(key))
     return f"{min(rates):,.0f}–{max(rates):,.0f}" if rates else ""
 
 

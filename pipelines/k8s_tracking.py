@@ -45,6 +45,7 @@ def record_run(
         ML Metadata could not be read.
     """
     from components import tracking
+    from pipelines.cli import _one_line
     from pipelines.node_entrypoint import connection_config, describe_database
     from pipelines.summary import build_summary, collect_outputs
 
@@ -85,8 +86,3 @@ def record_run(
         return summary
     tracking.log_run(store, summary, out)
     return summary
-
-
-def _one_line(error: BaseException) -> str:
-    text = " ".join(str(error).split())
-    return text or type(error).__name__

@@ -88,8 +88,7 @@ class RunLock:
         alive = ""
         if holder.get("host") == socket.gethostname() and "pid" in holder:
             alive = "" if _pid_alive(int(holder["pid"])) else ", no longer running"
-        return (f"since {holder.get('since', '?')}, pid {holder.get('pid', '?')} "
-                f"on {holder.get('host', '?')}{alive}")
+        return _describe(holder) + alive
 
 
 class DatabaseRunLock:
@@ -178,10 +177,12 @@ class DatabaseRunLock:
 
     def describe_holder(self) -> str:
         """`since …, pid 123 on pod-x` (+ `, no longer running` for a lock taken over)."""
-        holder = self.holder
-        gone = ", no longer running" if self.took_over else ""
-        return (f"since {holder.get('since', '?')}, pid {holder.get('pid', '?')} "
-                f"on {holder.get('host', '?')}{gone}")
+        return _describe(self.holder) + (", no longer running" if self.took_over else "")
+
+
+def _describe(holder: dict[str, Any]) -> str:
+    return (f"since {holder.get('since', '?')}, pid {holder.get('pid', '?')} "
+            f"on {holder.get('host', '?')}")
 
 
 def _this_process() -> dict[str, Any]:

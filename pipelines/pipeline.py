@@ -59,35 +59,19 @@ def build_eval_config(config: Config) -> tfma.EvalConfig:
     if model_task(config.model.name) == SEGMENTATION:
         return build_segmentation_eval_config(config)
     accuracy_threshold = _gate(config.evaluator.min_accuracy, config.evaluator.max_regression)
-    return tfma.EvalConfig(
-        model_specs=[
-            tfma.ModelSpec(
-                signature_name="serving_default",
-                label_key=LABEL_KEY,
-                prediction_key=PREDICTION_KEY,
-            )
-        ],
-        slicing_specs=[tfma.SlicingSpec(), tfma.SlicingSpec(feature_keys=[LABEL_KEY])],
-        metrics_specs=[
-            tfma.MetricsSpec(
-                metrics=[
-                    tfma.MetricConfig(class_name="ExampleCount"),
-                    # A plain `threshold` would gate every slice, so one digit's recall
-                    # under the floor would fail the model; gate the overall slice only.
-                    tfma.MetricConfig(
-                        class_name="SparseCategoricalAccuracy",
-                        per_slice_thresholds=[
-                            tfma.PerSliceMetricThreshold(
-                                slicing_specs=[tfma.SlicingSpec()],
-                                threshold=accuracy_threshold,
-                            )
-                        ],
-                    ),
-                    tfma.MetricConfig(class_name="MultiClassConfusionMatrixPlot"),
-                ]
-            )
-        ],
-    )
+    return _eval_config(LABEL_KEY, [
+        # A plain `threshold` would gate every slice, so one digit's recall under the floor
+        # would fail the model; gate the overall slice only.
+        tfma.MetricConfig(
+            class_name="SparseCategoricalAccuracy",
+            per_slice_thresholds=[
+                tfma.PerSliceMetricThreshold(
+                    slicing_specs=[tfma.SlicingSpec()], threshold=accuracy_threshold
+                )
+            ],
+        ),
+        tfma.MetricConfig(class_name="MultiClassConfusionMatrixPlot"),
+    ])
 
 
 def build_segmentation_eval_config(config: Config) -> tfma.EvalConfig:
@@ -99,26 +83,29 @@ def build_segmentation_eval_config(config: Config) -> tfma.EvalConfig:
     and the served foreground `probabilities`: 2TP / (2TP + FP + FN) = 2|P∩T| / (|P|+|T|).
     """
     dice_threshold = _gate(config.evaluator.min_dice, config.evaluator.max_regression)
+    return _eval_config(MASK_KEY, [
+        tfma.MetricConfig(
+            class_name="F1Score",
+            config=f'"name": "{DICE_METRIC}", "thresholds": 0.5',
+            threshold=dice_threshold,
+        ),
+    ])
+
+
+def _eval_config(label_key: str, metrics: list) -> tfma.EvalConfig:
+    """The serving_default model compared with `label_key`, sliced overall and by `label`,
+    with ExampleCount before `metrics`."""
     return tfma.EvalConfig(
         model_specs=[
             tfma.ModelSpec(
                 signature_name="serving_default",
-                label_key=MASK_KEY,
+                label_key=label_key,
                 prediction_key=PREDICTION_KEY,
             )
         ],
         slicing_specs=[tfma.SlicingSpec(), tfma.SlicingSpec(feature_keys=[LABEL_KEY])],
         metrics_specs=[
-            tfma.MetricsSpec(
-                metrics=[
-                    tfma.MetricConfig(class_name="ExampleCount"),
-                    tfma.MetricConfig(
-                        class_name="F1Score",
-                        config=f'"name": "{DICE_METRIC}", "thresholds": 0.5',
-                        threshold=dice_threshold,
-                    ),
-                ]
-            )
+            tfma.MetricsSpec(metrics=[tfma.MetricConfig(class_name="ExampleCount"), *metrics])
         ],
     )
 

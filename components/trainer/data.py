@@ -188,8 +188,8 @@ def make_dataset(
         return preprocess_images(image, input_size), features[LABEL_KEY]
 
     example_bytes = 4 * int(input_size[0]) * int(input_size[1]) * channels + 8
-    cache = _fits_in_cache(num_examples, example_bytes, cache_max_mb)
-    return _batched(file_patterns, parse, batch_size, shuffle, seed, num_examples, repeat, cache)
+    return _batched(file_patterns, parse, example_bytes, batch_size, shuffle, seed,
+                    num_examples, repeat, cache_max_mb)
 
 
 def make_volume_dataset(
@@ -220,31 +220,31 @@ def make_volume_dataset(
         return volume, mask
 
     example_bytes = 4 * depth * height * width * (channels + 1)
-    cache = _fits_in_cache(num_examples, example_bytes, cache_max_mb)
-    return _batched(file_patterns, parse, batch_size, shuffle, seed, num_examples, repeat, cache)
-
-
-def _fits_in_cache(num_examples: int | None, example_bytes: int, cache_max_mb: float) -> bool:
-    if cache_max_mb < 0:
-        raise ValueError(f"cache_max_mb must be >= 0. Received: cache_max_mb={cache_max_mb}")
-    return num_examples is not None and num_examples * example_bytes <= cache_max_mb * 2**20
+    return _batched(file_patterns, parse, example_bytes, batch_size, shuffle, seed,
+                    num_examples, repeat, cache_max_mb)
 
 
 def _batched(
     file_patterns: Sequence[str],
     parse: Callable[[tf.Tensor], tuple[tf.Tensor, tf.Tensor]],
+    example_bytes: int,
     batch_size: int,
     shuffle: bool,
     seed: int,
     num_examples: int | None,
     repeat: bool,
-    cache: bool,
+    cache_max_mb: float,
 ) -> tf.data.Dataset:
     """Read -> (cache: parse once, keep in memory ->) shuffle -> repeat -> parse -> batch.
 
-    Without the cache the serialized records are shuffled (cheap to hold) and parsed every
-    epoch; with it the decoded examples are shuffled, so each epoch still sees a new order.
+    The cache is used when `num_examples` parsed examples of `example_bytes` each fit in
+    `cache_max_mb`. Without it the serialized records are shuffled (cheap to hold) and
+    parsed every epoch; with it the decoded examples are shuffled, so each epoch still sees
+    a new order.
     """
+    if cache_max_mb < 0:
+        raise ValueError(f"cache_max_mb must be >= 0. Received: cache_max_mb={cache_max_mb}")
+    cache = num_examples is not None and num_examples * example_bytes <= cache_max_mb * 2**20
     dataset = tf.data.TFRecordDataset(
         list_files(file_patterns),
         compression_type=COMPRESSION,
