@@ -251,10 +251,20 @@ def test_hadolint_passes_and_each_ignore_says_why():
             assert lines[index - 1].startswith("#") and "hadolint" not in lines[index - 1]
 
 
+def _pins(lock: str) -> dict[str, str]:
+    return dict(re.findall(r"^([a-z0-9][a-z0-9._-]*)==(\S+)$", (REPO / lock).read_text(), re.M))
+
+
 def test_the_image_is_cuda_tensorflow_on_python_3_10_as_a_non_root_user():
     text = (REPO / "Dockerfile").read_text()
-    assert "python3.10" in text and '"tensorflow[and-cuda]==2.16.2"' in text
-    assert "--requirement requirements.lock" in text
+    assert re.search(r"^ARG BASE_IMAGE=python:3\.10-slim-bookworm$", text, re.M)
+    assert "uv pip sync" in text and "requirements-image.lock" in text
+    # The image's lock is requirements.lock unchanged plus tensorflow[and-cuda]'s NVIDIA wheels.
+    locked, image = _pins("requirements.lock"), _pins("requirements-image.lock")
+    assert {name: image.get(name) for name in locked} == locked
+    added = set(image) - set(locked)
+    assert {"nvidia-cudnn-cu12", "nvidia-cuda-nvcc-cu12", "nvidia-cublas-cu12"} <= added
+    assert all(name.startswith("nvidia-") and name.endswith("-cu12") for name in added)
     assert re.search(r"^USER 10001:10001$", text, re.M)
     assert text.rstrip().endswith('CMD ["python", "-m", "pipelines.node_entrypoint"]')
 
