@@ -6,8 +6,11 @@ STAMP := $(VENV)/.mptfx-installed
 # Checkers of k8s/ and the Dockerfile (checkov, kubernetes-validate, hadolint, kustomize via kubectl)
 TOOLS_VENV  ?= .venv-tools
 TOOLS_STAMP := $(TOOLS_VENV)/.mptfx-tools-installed
+# The image every pod runs: mptfx:<version in pyproject.toml> (scripts/build_image.sh).
+VERSION := $(shell sed -n 's/^version = "\(.*\)"$$/\1/p' pyproject.toml)
+IMAGE   ?= mptfx:$(VERSION)
 
-.PHONY: setup tools services run test test-unit test-e2e lint bench clean
+.PHONY: setup tools services image run test test-unit test-e2e test-image lint bench clean
 
 setup: $(STAMP)
 
@@ -29,17 +32,27 @@ $(TOOLS_STAMP): requirements-tools.lock $(STAMP)
 services:
 	@bash scripts/start_services.sh
 
+# docker build when a Docker engine answers, else buildah (installed with apt-get when missing)
+# FROM a local stand-in for python:3.10-slim-bookworm; BASE_IMAGE=... picks another base.
+# Unchanged inputs reuse every layer.
+image:
+	@bash scripts/build_image.sh $(IMAGE)
+
 run: setup
 	$(VENV)/bin/mptfx run $(ARGS)
 
-test: setup tools services
-	$(VENV)/bin/pytest $(PYTEST_ARGS)
+# tests/image runs inside the image built (or reused) just before.
+test: setup tools services image
+	MPTFX_IMAGE=$(IMAGE) MPTFX_IMAGE_BUILT=$(IMAGE) $(VENV)/bin/pytest $(PYTEST_ARGS)
 
 test-unit: setup tools
 	$(VENV)/bin/pytest tests/unit $(PYTEST_ARGS)
 
 test-e2e: setup services
 	$(VENV)/bin/pytest tests/e2e $(PYTEST_ARGS)
+
+test-image: setup services image
+	MPTFX_IMAGE=$(IMAGE) MPTFX_IMAGE_BUILT=$(IMAGE) $(VENV)/bin/pytest tests/image $(PYTEST_ARGS)
 
 lint: setup
 	$(VENV)/bin/ruff check .
