@@ -52,11 +52,12 @@ RUN --mount=type=cache,target=/root/.cache/uv,sharing=locked \
     && rm -rf /var/lib/apt/lists/*
 
 # The code: one layer (.dockerignore keeps only the packages, configs and metadata), then the
-# console script `mptfx` with no dependency resolution.
+# console script `mptfx` with no dependency resolution. uv leaves a world-writable .lock in
+# the venv: removed, so that no image file is writable by the pod's user.
 COPY . ./
 RUN UV_LINK_MODE=copy uv pip install --python /opt/venv/bin/python --no-deps --no-build-isolation \
        --compile-bytecode --no-cache /opt/mptfx \
-    && rm -rf /opt/mptfx/build /opt/mptfx/*.egg-info
+    && rm -rf /opt/mptfx/build /opt/mptfx/*.egg-info /opt/venv/.lock
 
 USER 10001:10001
 CMD ["python", "-m", "pipelines.node_entrypoint"]

@@ -6,13 +6,14 @@
 #   scripts/build_base_image.sh [TAG]     (default localhost/python:3.10-slim-bookworm)
 #
 # Needs root, buildah and debootstrap (`make image` installs them with apt-get when missing).
-# Idempotent: does nothing when TAG already exists (FORCE=1 rebuilds). Storage: vfs
-# (STORAGE_DRIVER), which works as root without kernel overlay support.
+# Idempotent: does nothing when TAG already exists (FORCE=1 rebuilds). Storage: buildah's
+# configured driver (overlay as root on Debian); STORAGE_DRIVER=vfs where overlay is unavailable.
 # Exit codes: 0 built or present, 2 bad environment (no mirror, no CPython 3.10, not root).
 set -euo pipefail
 
 TAG=${1:-localhost/python:3.10-slim-bookworm}
-export STORAGE_DRIVER=${STORAGE_DRIVER:-vfs}
+# buildah 1.28 reads no STORAGE_DRIVER variable itself: pass it as the global flag.
+buildah() { command buildah ${STORAGE_DRIVER:+--storage-driver "$STORAGE_DRIVER"} "$@"; }
 # The official image's runtime packages (its Dockerfile's apt-get install line), no compilers.
 RUNTIME_PACKAGES=ca-certificates,netbase,tzdata,libssl3,libsqlite3-0,libffi8,liblzma5,libbz2-1.0,zlib1g,libreadline8,libncursesw6,libuuid1,libgdbm6,libexpat1
 

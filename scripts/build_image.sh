@@ -4,8 +4,8 @@
 #   scripts/build_image.sh [TAG]      (default mptfx:<version in pyproject.toml>)
 #
 # With a Docker engine that answers: `docker build`, FROM the official python:3.10-slim-bookworm.
-# Without one: buildah (installed with apt-get when missing, as root), chroot isolation and vfs
-# storage, FROM a local stand-in for that base built by scripts/build_base_image.sh when absent
+# Without one: buildah (installed with apt-get when missing, as root), chroot isolation, its
+# configured storage (STORAGE_DRIVER=vfs where overlay is unavailable), FROM a local stand-in for that base built by scripts/build_base_image.sh when absent
 # (no registry needed). BASE_IMAGE=... overrides the base in both cases. Either way unchanged
 # inputs reuse every layer, so a rebuild with nothing changed takes seconds.
 # Build-time downloads trust this machine's CA bundle (BUILD_CA_BUNDLE, mounted for the build
@@ -17,7 +17,9 @@ cd "$(dirname "$0")/.."
 VERSION=$(sed -n 's/^version = "\(.*\)"$/\1/p' pyproject.toml | head -1)
 TAG=${1:-mptfx:$VERSION}
 BUILD_CA_BUNDLE=${BUILD_CA_BUNDLE:-/etc/ssl/certs/ca-certificates.crt}
-export STORAGE_DRIVER=${STORAGE_DRIVER:-vfs}
+# buildah 1.28 reads no STORAGE_DRIVER variable itself: pass it as the global flag.
+buildah() { command buildah ${STORAGE_DRIVER:+--storage-driver "$STORAGE_DRIVER"} "$@"; }
+export STORAGE_DRIVER=${STORAGE_DRIVER:-}
 
 die() { echo "build_image: $*" >&2; exit 2; }
 
