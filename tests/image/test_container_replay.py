@@ -1,0 +1,171 @@
+"""The end-to-end replay, in the image: each Job the Kubernetes runner creates runs its
+container spec (image, command, args, env with the Secret's value, volume mounts, runAsUser)
+inside the built image, in the order the runner schedules them, against the real PostgreSQL;
+the result is compared with the local runner's run of the same config.
+
+As in tests/e2e/test_k8s_replay.py, the only stand-in is the Kubernetes API (its
+`ProcessCluster`, reused here): a pod is `buildah run` of the Job's container in the image,
+the workspace claim a host folder (chowned as fsGroup would) mounted at the same path, so
+that the artifact URIs in ML Metadata resolve on both sides, each emptyDir a fresh host folder.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+import os
+import secrets
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+from containers import REPO, Container, container_env, empty_dir, pod_volume
+
+pytestmark = pytest.mark.e2e
+
+# The host-process replay: its Kubernetes API double and its local-runner baseline fixture.
+# (The runner's public builders and KubernetesRunner are imported in _submit, in one place.)
+_spec = importlib.util.spec_from_file_location("k8s_replay", REPO / "tests/e2e/test_k8s_replay.py")
+k8s_replay = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(k8s_replay)
+local_run = k8s_replay.local_run  # the same SMALL config through the local runner
+
+
+class ContainerCluster(k8s_replay.ProcessCluster):
+    """ProcessCluster whose pods run the Job's container inside the image."""
+
+    def __init__(self, secrets: dict[tuple[str, str], str], scratch: Path, image: str,
+                 container: Container, workspace: Path):
+        super().__init__(secrets, scratch)
+        self.image, self.container, self.workspace = image, container, workspace
+
+    def _start_pod(self, name, job, index):
+        pod = job["body"]["spec"]["template"]["spec"]
+        spec = pod["containers"][0]
+        assert spec["image"] == self.image  # the pod runs the image under test
+        pod_name = f"{name}-{index if index is not None else 0}-{len(job['pods'])}"
+        volumes = {volume["name"]: volume for volume in pod["volumes"]}
+        mounts = {}
+        for mount in spec["volumeMounts"]:
+            volume = volumes[mount["name"]]
+            if "persistentVolumeClaim" in volume:
+                mounts[self.workspace] = mount["mountPath"]
+            else:  # emptyDir: new for each pod
+                mounts[empty_dir(self.scratch / pod_name / mount["name"])] = mount["mountPath"]
+        security = {**pod.get("securityContext", {}), **spec.get("securityContext", {})}
+        user = f"{security['runAsUser']}:{security['runAsGroup']}"
+        process = self.container.popen([*spec["command"], *spec.get("args", [])],
+                                       container_env(spec, self.secrets), mounts,
+                                       self.scratch / f"{pod_name}.log", user=user)
+        job["pods"].append({"name": pod_name, "index": index, "process": process,
+                            "seen": False, "user": user, "mounts": mounts})
+
+    def stop(self):
+        for job in self.jobs.values():
+            for pod in job["pods"]:
+                if pod["process"].poll() is None:
+                    self.container.stop(pod["process"])
+
+
+def _submit(config, ir, run_id, cluster):
+    """What `mptfx k8s submit` does after compiling: store the IR, run the plan."""
+    from pipelines.kubernetes_runner import KubernetesRunner, ir_uri, plan_nodes, store_ir
+
+    location = ir_uri(ir.runtime_spec.pipeline_root.field_value.string_value, run_id)
+    store_ir(ir, location)
+    # In the cluster the driver pod writes the IR as uid 10001; here this (root) process did.
+    for path in [cluster.workspace, *cluster.workspace.rglob("*")]:
+        os.chown(path, 10001, 10001)
+    out = io.StringIO()
+    runner = KubernetesRunner(config, cluster, cluster, out=out, log_dir=cluster.scratch / "pods")
+    try:
+        report = runner.run(run_id, plan_nodes(ir, config), location)
+    finally:
+        cluster.stop()
+    return report, out.getvalue()
+
+
+@pytest.fixture(scope="module")
+def replay(image, container, postgres, tmp_path_factory):
+    from pipelines.config import load_config
+    from pipelines.k8s_commands import compile_for_kubernetes
+
+    tmp = tmp_path_factory.mktemp("container-replay")
+    # Outside /tmp, which every pod mounts an emptyDir over.
+    workspace = pod_volume(Path(tempfile.mkdtemp(prefix="mptfx-image-replay-", dir="/var/tmp")))
+    config = load_config(REPO / "configs/local.yaml", k8s_replay.SMALL + [
+        f"kubernetes.image={image}",
+        f"kubernetes.workspace={workspace}",
+        f"kubernetes.metadata.host={postgres['host']}",
+        f"kubernetes.metadata.port={postgres['port']}",
+        f"kubernetes.metadata.database={postgres['database']}",
+        f"kubernetes.metadata.user={postgres['user']}",
+        "kubernetes.poll_seconds=1",
+        "kubernetes.backoff_limit=0",
+    ])
+    run_id = "image-replay-" + secrets.token_hex(2)
+    _, ir, _ = compile_for_kubernetes(config, run_id, None)
+    password = config.kubernetes.metadata
+    cluster = ContainerCluster({(password.password_secret, password.password_key):
+                                postgres["password"]}, tmp, image, container, workspace)
+    report, out = _submit(config, ir, run_id, cluster)
+    yield {"config": config, "run_id": run_id, "report": report, "out": out,
+           "cluster": cluster, "workspace": workspace}
+    shutil.rmtree(workspace)
+
+
+def _connection(postgres: dict):
+    from ml_metadata.proto import metadata_store_pb2
+
+    config = metadata_store_pb2.ConnectionConfig()
+    pg = config.postgresql
+    pg.host, pg.port, pg.dbname = postgres["host"], str(postgres["port"]), postgres["database"]
+    pg.user, pg.password = postgres["user"], postgres["password"]
+    return config
+
+
+def test_every_job_runs_its_container_in_the_image_in_the_runners_order(replay):
+    report, cluster = replay["report"], replay["cluster"]
+    logs = {pod["name"]: cluster.read_namespaced_pod_log(pod["name"], "mptfx")[-2000:]
+            for job in cluster.jobs.values() for pod in job["pods"]}
+    assert report.succeeded, replay["out"] + "\n".join(logs.values())
+    assert cluster.order[0] == "Ingest" and cluster.order[-1] == "TFLite"
+    assert len(cluster.order) == 10 and len(set(cluster.order)) == 10
+    for job in cluster.jobs.values():
+        [pod] = job["pods"]
+        assert pod["user"] == "10001:10001" and pod["process"].returncode == 0
+        assert pod["mounts"][replay["workspace"]] == str(replay["workspace"])
+    for node in ("Ingest", "Trainer", "Evaluator"):
+        [pod] = cluster.jobs[report.nodes[node].job]["pods"]
+        log = cluster.read_namespaced_pod_log(pod["name"], "mptfx")
+        assert f"mptfx node: {node}: starting (run {replay['run_id']}, metadata postgresql://" \
+            in log
+        assert f"mptfx node: {node} complete in" in log
+
+
+def test_the_image_replay_matches_the_local_runs_artifacts_and_blessing(replay, local_run,
+                                                                        postgres):
+    from pipelines.summary import build_summary, collect_outputs
+
+    local_nodes, local = local_run
+    nodes = collect_outputs(_connection(postgres), replay["config"].pipeline.name,
+                            replay["run_id"])
+    assert {n: info["state"] for n, info in nodes.items()} == \
+        {n: info["state"] for n, info in local_nodes.items()}
+    for node, info in nodes.items():  # same outputs, node by node: keys and counts
+        assert {k: len(v) for k, v in info["outputs"].items()} == \
+            {k: len(v) for k, v in local_nodes[node]["outputs"].items()}, node
+    replayed = build_summary(nodes, {}, {})
+    assert replayed["data"]["images"] == local["data"]["images"] == 400
+    assert replayed["data"]["split_counts"] == local["data"]["split_counts"]
+    assert replayed["eval"]["blessed"] is local["eval"]["blessed"] is True
+    assert abs(replayed["eval"]["accuracy"] - local["eval"]["accuracy"]) < 0.1
+    assert replayed["pushed"]["pushed"] is local["pushed"]["pushed"] is True
+    assert replayed["pushed"]["version"] == local["pushed"]["version"] == "1"
+    assert Path(replayed["pushed"]["path"], "saved_model.pb").exists()
+    assert Path(replayed["pushed"]["path"]).is_relative_to(replay["workspace"])
+    assert replayed["tflite"]["fp32"]["published"]
+    schemas = [Path(n["SchemaGen"]["outputs"]["schema"][0].uri, "schema.pbtxt").read_text()
+               for n in (nodes, local_nodes)]
+    assert schemas[0] == schemas[1]

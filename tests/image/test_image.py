@@ -1,0 +1,207 @@
+"""Inside the built image, as uid 10001 with the environment the manifests give each
+container: every command starts, the MLflow server answers, a whole run completes writing
+only its workspace and /tmp, and every module the code imports is installed."""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import socket
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+from containers import REPO, Container, buildah, container_env, empty_dir, pod_volume
+
+FIRST_PARTY = {"pipelines", "components", "models", "benchmarks"}
+SECRETS = {("mptfx-postgres", "password"): "not-used-by-help"}
+# Where uid 10001 may write in the image: the pod's emptyDir and Debian's sticky scratch dirs.
+SCRATCH = ("/tmp", "/var/tmp", "/run/lock", "/dev")
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _driver_container() -> dict:
+    """The container the runner's in-cluster driver Job runs (`mptfx k8s submit`)."""
+    from pipelines.config import load_config
+    from pipelines.kubernetes_runner import driver_job
+
+    job = driver_job(load_config(REPO / "configs" / "local.yaml", []), "image-test")
+    return job["spec"]["template"]["spec"]["containers"][0]
+
+
+def _manifest_container(path: str, name: str) -> dict:
+    """Container NAME of the first workload in k8s/base/PATH."""
+    for doc in yaml.safe_load_all((REPO / "k8s" / "base" / path).read_text()):
+        spec = (doc or {}).get("spec", {})
+        pod = spec.get("template", spec.get("jobTemplate", {}).get("spec", {}).get("template"))
+        pod = (pod or {}).get("spec", {})
+        for container in pod.get("containers", []):
+            if container["name"] == name:
+                return container
+    raise AssertionError(f"no container {name} in k8s/base/{path}")
+
+
+def _command_paths() -> list[list[str]]:
+    """Every sub-command of `mptfx`, as the argv before --help (from the real parser)."""
+    from pipelines.cli import build_parser
+
+    def walk(parser: argparse.ArgumentParser, prefix: list[str]) -> list[list[str]]:
+        paths = [prefix]
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    paths += walk(sub, [*prefix, name])
+        return paths
+
+    return walk(build_parser(), [])
+
+
+def test_every_mptfx_command_starts_in_the_image(container: Container, tmp_path):
+    paths = _command_paths()
+    assert ["run"] in paths and ["k8s", "submit"] in paths and ["bench"] in paths
+    env = container_env(_driver_container(), SECRETS)
+    # One shell for all of them: each line is the exit code, the command, the usage line.
+    script = "".join(f'mptfx {" ".join(p)} --help > /tmp/out.txt 2>&1; '
+                     f'echo "$? {" ".join(p)}|$(head -1 /tmp/out.txt)"; ' for p in paths)
+    result = container.run(["sh", "-c", script], env=env,
+                           mounts={empty_dir(tmp_path / "tmp"): "/tmp"})
+    assert result.returncode == 0, result.stderr[-2000:]
+    lines = result.stdout.strip().splitlines()
+    assert len(lines) == len(paths)
+    for line, path in zip(lines, paths, strict=True):
+        status, _, rest = line.partition(" ")
+        command, _, usage = rest.partition("|")
+        assert status == "0" and command == " ".join(path), line
+        assert usage.startswith(f"usage: mptfx {' '.join(path)}".rstrip()), line
+
+
+def test_the_node_entrypoint_is_the_default_command_and_starts(image: str,
+                                                               container: Container, tmp_path):
+    from pipelines.config import load_config
+    from pipelines.kubernetes_runner import NodePlan, node_objects
+
+    plan = [NodePlan("Ingest", (), "cpu")]
+    config = load_config(REPO / "configs" / "local.yaml", [])
+    [job] = node_objects(config, "image-test", plan[0], plan, "/mnt/mptfx/ir.json")
+    spec = job["spec"]["template"]["spec"]["containers"][0]
+    default = json.loads(buildah("inspect", "--type", "image", image).stdout)["OCIv1"]["config"]
+    assert default["Cmd"] == spec["command"][:3] == ["python", "-m", "pipelines.node_entrypoint"]
+    assert default["User"] == "10001:10001"
+    result = container.run([*spec["command"][:3], "--help"], env=container_env(spec, SECRETS),
+                           mounts={empty_dir(tmp_path / "tmp"): "/tmp"})
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "--ir" in result.stdout and "--node" in result.stdout
+
+
+def test_the_mlflow_server_answers_health(container: Container, postgres, tmp_path):
+    spec = _manifest_container("mlflow.yaml", "mlflow")
+    port = _free_port()
+    database = (f"postgresql://{postgres['user']}@{postgres['host']}:{postgres['port']}/"
+                f"{postgres['database']}")
+    args = {arg.split("=", 1)[0]: arg.split("=", 1)[1] for arg in spec["args"]}
+    args.update({"--host": "127.0.0.1", "--port": str(port), "--backend-store-uri": database,
+                 "--allowed-hosts": f"127.0.0.1:{port}"})
+    env = container_env(spec, {("mptfx-postgres", "password"): postgres["password"]})
+    mounts = {pod_volume(tmp_path / "workspace"): "/mnt/mptfx",
+              empty_dir(tmp_path / "tmp"): "/tmp"}
+    server = container.popen([*spec["command"], *(f"{k}={v}" for k, v in args.items())],
+                             env, mounts, tmp_path / "mlflow.log")
+    try:
+        deadline, body = time.monotonic() + 180, None
+        while time.monotonic() < deadline and server.poll() is None:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as r:
+                    body = r.read().decode()
+                break
+            except OSError:
+                time.sleep(1)
+        log = (tmp_path / "mlflow.log").read_text(errors="replace")
+        assert body == "OK", log[-3000:]
+    finally:
+        container.stop(server)
+
+
+def _third_party_imports() -> set[str]:
+    """Top-level modules that the code under pipelines/ components/ models/ benchmarks/
+    imports and that neither the standard library nor the project provides."""
+    names: set[str] = set()
+    for package in FIRST_PARTY:
+        for path in (REPO / package).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if isinstance(node, ast.Import):
+                    names.update(alias.name.split(".")[0] for alias in node.names)
+                elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                    names.add(node.module.split(".")[0])
+    return {n for n in names if n not in sys.stdlib_module_names and n not in FIRST_PARTY
+            and n != "__future__"}
+
+
+def test_every_module_the_code_imports_is_in_the_image(container: Container, tmp_path):
+    modules = sorted(_third_party_imports())
+    assert {"tensorflow", "tfx", "keras", "mlflow", "kubernetes", "matplotlib"} <= set(modules)
+    probe = ("import importlib, json, sys\n"
+             "missing = {}\n"
+             "for name in sys.argv[1:]:\n"
+             "    try:\n"
+             "        importlib.import_module(name)\n"
+             "    except Exception as error:\n"
+             "        missing[name] = f'{type(error).__name__}: {error}'\n"
+             "print(json.dumps(missing))\n")
+    result = container.run(["python", "-c", probe, *modules, *sorted(FIRST_PARTY)],
+                           env=container_env(_driver_container(), SECRETS),
+                           mounts={empty_dir(tmp_path / "tmp"): "/tmp"})
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert json.loads(result.stdout.strip().splitlines()[-1]) == {}
+
+
+def test_the_image_files_are_not_writable_by_the_pod_user(container: Container):
+    result = container.run(["find", "/", "-xdev", "-writable", "-not", "-type", "l"])
+    writable = [p for p in result.stdout.split() if not p.startswith(SCRATCH)]
+    assert writable == []
+    probe = container.run(["sh", "-c", "touch /opt/venv/x || touch /opt/mptfx/x || echo denied"])
+    assert probe.stdout.strip() == "denied"
+
+
+@pytest.fixture(scope="module")
+def digits_run(container: Container, tmp_path_factory):
+    """`mptfx run` on the built-in digits, tiny, in the image as the pods run it: the
+    workspace and /tmp are host folders, everything else is the image."""
+    tmp = tmp_path_factory.mktemp("digits")
+    workspace, scratch = pod_volume(tmp / "workspace"), empty_dir(tmp / "tmp")
+    marker = tmp / "marker"
+    marker.touch()
+    time.sleep(1.1)  # find -newer compares whole seconds on some filesystems
+    env = container_env(_driver_container(), SECRETS)
+    result = container.run(
+        ["mptfx", "run", "--workspace", "/mnt/mptfx", "--json",
+         "--set", "data.builtin_per_class=20", "--set", "trainer.epochs=1",
+         "--set", "evaluator.min_accuracy=0.0", "--set", "tflite.variants=[fp32]"],
+        env=env, mounts={workspace: "/mnt/mptfx", scratch: "/tmp"}, timeout=1500)
+    return {"result": result, "workspace": workspace, "marker": marker}
+
+
+def test_mptfx_run_completes_in_the_image(digits_run):
+    result = digits_run["result"]
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    summary = json.loads(result.stdout[result.stdout.index("{"):])
+    assert summary["status"] == "completed"
+    assert summary["data"]["images"] == 200
+    assert summary["pushed"]["pushed"] is True
+    pushed = Path(summary["pushed"]["path"].replace("/mnt/mptfx", str(digits_run["workspace"])))
+    assert (pushed / "saved_model.pb").exists()
+
+
+def test_mptfx_run_writes_only_the_workspace_and_tmp(digits_run, container: Container):
+    assert digits_run["result"].returncode == 0
+    assert any(digits_run["workspace"].iterdir())
+    changed = container.changed_since(digits_run["marker"], ignore=("/tmp", "/mnt/mptfx"))
+    assert changed == []
