@@ -41,9 +41,14 @@ image:
 run: setup
 	$(VENV)/bin/mptfx run $(ARGS)
 
-# tests/image runs inside the image built (or reused) just before.
-test: setup tools services image
-	MPTFX_IMAGE=$(IMAGE) MPTFX_IMAGE_BUILT=$(IMAGE) $(VENV)/bin/pytest $(PYTEST_ARGS)
+# tests/image runs inside the image built (or reused) just before. Only where buildah cannot
+# be had (not root, not CI) does the build's failure let pytest run, and tests/image skip.
+IMAGE_FIRST = if bash scripts/build_image.sh $(IMAGE); then export MPTFX_IMAGE_BUILT=$(IMAGE); \
+	elif [ "$$CI" = true ] || command -v buildah >/dev/null; then exit 2; fi; \
+	export MPTFX_IMAGE=$(IMAGE);
+
+test: setup tools services
+	@$(IMAGE_FIRST) $(VENV)/bin/pytest $(PYTEST_ARGS)
 
 test-unit: setup tools
 	$(VENV)/bin/pytest tests/unit $(PYTEST_ARGS)
@@ -51,8 +56,8 @@ test-unit: setup tools
 test-e2e: setup services
 	$(VENV)/bin/pytest tests/e2e $(PYTEST_ARGS)
 
-test-image: setup services image
-	MPTFX_IMAGE=$(IMAGE) MPTFX_IMAGE_BUILT=$(IMAGE) $(VENV)/bin/pytest tests/image $(PYTEST_ARGS)
+test-image: setup services
+	@$(IMAGE_FIRST) $(VENV)/bin/pytest tests/image $(PYTEST_ARGS)
 
 lint: setup
 	$(VENV)/bin/ruff check .
