@@ -224,3 +224,14 @@ def test_mptfx_run_writes_only_the_workspace_and_tmp(digits_run, container: Cont
     assert any(digits_run["workspace"].iterdir())
     changed = container.changed_since(digits_run["marker"], ignore=("/tmp", "/mnt/mptfx"))
     assert [path for path in changed if path not in RUNTIME_DIRS] == []
+
+
+def test_xla_finds_libdevice_from_the_nvcc_wheel(container: Container, tmp_path):
+    """XLA_FLAGS names the CUDA data dir of the nvcc wheel; XLA's GPU compiler needs its
+    libdevice there (no CUDA toolkit in the image)."""
+    probe = ("import os, pathlib\n"
+             "flag = os.environ['XLA_FLAGS'].split('--xla_gpu_cuda_data_dir=')[1].split()[0]\n"
+             "print(pathlib.Path(flag, 'nvvm/libdevice/libdevice.10.bc').stat().st_size)\n")
+    result = container.run(["python", "-c", probe], mounts={empty_dir(tmp_path / "tmp"): "/tmp"})
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert int(result.stdout.strip()) > 100_000
