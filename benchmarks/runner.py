@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from benchmarks import charts, report
-from benchmarks.largest_batch import search_largest_batch
 from benchmarks.launch import TaskOutcome, run_task
 from benchmarks.plan import (
     COMPUTE_DTYPES,
@@ -36,6 +35,7 @@ from benchmarks.plan import (
     cell_skip_reason,
     model_setup,
 )
+from components.trainer.batch_size import search_largest_batch
 from pipelines.errors import UsageError
 
 RESULTS_JSON = "results.json"

@@ -110,6 +110,16 @@ def _eval_config(label_key: str, metrics: list) -> tfma.EvalConfig:
     )
 
 
+def _trainer_custom_config(config: Config, workspace: Workspace) -> dict:
+    """The Trainer's custom_config, with the autotune cache in the workspace by default
+    (the Trainer reads nothing but its custom_config)."""
+    custom_config = config.trainer_custom_config()
+    trainer = custom_config["trainer"]
+    trainer["autotune_cache_dir"] = trainer["autotune_cache_dir"] or str(
+        workspace.root / "autotune")
+    return custom_config
+
+
 def create_pipeline(
     config: Config, workspace: Workspace, data: DataSelection, schema_file: str = ""
 ) -> tfx.dsl.Pipeline:
@@ -157,7 +167,7 @@ def create_pipeline(
         schema=schema_gen.outputs["schema"],
         # The champion (latest blessed model) to start from, with trainer.warm_start.
         base_model=model_resolver.outputs["model"] if config.trainer.warm_start else None,
-        custom_config=config.trainer_custom_config(),
+        custom_config=_trainer_custom_config(config, workspace),
     )
     trainer.add_upstream_node(data_gate)
 
