@@ -215,3 +215,21 @@ def test_the_trainer_measures_on_this_cpu_then_reuses_the_decision(
     assert second["precision"] == first["precision"]
     assert second["autotune_probe_seconds"] < first["autotune_probe_seconds"]
     assert keras.mixed_precision.global_policy().name == "float32"  # restored
+
+
+def test_mlflow_gets_the_measured_table_and_the_probe_cost():
+    from components.tracking import content
+
+    trainer = {"precision": "float32", "batch_size_reason": "requested", "autotune": {
+        "status": "measured", "candidates": ["float32 xla off", "mixed_bfloat16 xla off"],
+        "probe_seconds": 2.5, "table": [
+            {"precision": "float32", "xla": False, "images_per_sec": 900.0},
+            {"precision": "mixed_bfloat16", "xla": False, "images_per_sec": None}]}}
+    summary = {"trainer": trainer}
+    params = content.run_params(summary, {})
+    assert params["autotune"] == "measured"
+    assert params["autotune_candidates"] == "float32 xla off, mixed_bfloat16 xla off"
+    metrics = content.final_metrics(summary, {})
+    assert metrics["autotune/probe_seconds"] == 2.5
+    assert metrics["autotune/float32_xla_off_images_per_sec"] == 900.0
+    assert "autotune/mixed_bfloat16_xla_off_images_per_sec" not in metrics  # unsafe cell
