@@ -119,3 +119,19 @@ def test_a_trainer_run_with_batch_size_auto_records_the_batch_and_why(tmp_path):
     assert f"batch_size auto under float32: {batch}" in summary["batch_size_reason"]
     assert "trainer.batch_memory_mb 4 MB" in summary["batch_size_reason"]
     assert summary["learning_rate"] == pytest.approx(0.001 * batch / 32)
+
+
+def test_the_config_takes_auto_and_yaml_on_off_and_names_bad_values():
+    from pipelines.config import ConfigError, load_config
+
+    config = load_config("configs/local.yaml", ["trainer.batch_size=auto",
+                                                "trainer.autotune=off",
+                                                "trainer.batch_lr_scaling=sqrt"])
+    assert config.trainer.batch_size == "auto" and config.trainer.autotune == "off"
+    assert config.trainer_custom_config()["trainer"]["batch_lr_scaling"] == "sqrt"
+    assert load_config("configs/local.yaml").trainer.autotune == "on"  # `autotune: on`
+    with pytest.raises(ConfigError, match=r"trainer.batch_size.*from --set "
+                                          r"trainer.batch_size=big"):
+        load_config("configs/local.yaml", ["trainer.batch_size=big"])
+    with pytest.raises(ConfigError, match="trainer.batch_lr_scaling"):
+        load_config("configs/local.yaml", ["trainer.batch_lr_scaling=cubic"])
