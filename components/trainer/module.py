@@ -273,16 +273,21 @@ def compile_training_model(
 def _tune_runtime(
     runtime: _Runtime, trainer: Mapping[str, Any], model_config: Mapping[str, Any], task: _Task,
     fn_args: tfx.components.FnArgs, multi_worker: bool,
-) -> tuple[_Runtime, dict[str, Any]]:
+) -> tuple[_Runtime, dict[str, Any], keras.Model | None]:
     """`trainer.autotune` and `trainer.batch_size: auto` (autotune.py, batch_size.py): the
     measured cell and batch replace the static rules' choice. Leaves the dtype policy as
-    it found it."""
+    it found it.
+
+    Returns the runtime, the record, and the measured winner's model reset to the state it
+    was built in (weights and optimizer slots), or None: training it skips building and
+    tracing the train step a second time, so the probe costs only the other cells."""
     devices = describe_devices()
     on_gpu = any(d.kind == "GPU" for d in devices)
     batch_auto = trainer["batch_size"] == "auto"
     loss_scale = LossScaleSettings.from_config(trainer["loss_scale"])
     name, params = model_config["name"], model_config["params"]
     batches_by_precision: dict[str, dict[str, Any]] = {}
+    built: dict[autotune_lib.Cell, tuple[keras.Model, list, list]] = {}
 
     def build(cell: autotune_lib.Cell, batch: int) -> keras.Model:
         keras.mixed_precision.set_dtype_policy(cell.precision)
@@ -291,12 +296,18 @@ def _tune_runtime(
                                          cell.precision)
             compile_training_model(model, task.name, runtime.learning_rate, cell.precision,
                                    loss_scale, int(trainer["grad_accum_steps"]), cell.xla)
+            model.optimizer.build(model.trainable_variables)
         model.make_train_function()
+        built[cell] = (model, [v.numpy() for v in model.weights],
+                       [v.numpy() for v in model.optimizer.variables])
         return model
 
     def batches(cell: autotune_lib.Cell, batch: int):
         images, labels = _real_batch(fn_args, task, batch * runtime.replicas)
-        dataset = tf.data.Dataset.from_tensors((images, labels)).repeat()
+        # unbatch/batch: the element spec of the training dataset (batch dimension None),
+        # so fit reuses the winner's traced train step instead of tracing it again.
+        dataset = tf.data.Dataset.from_tensors((images, labels)).repeat().unbatch().batch(
+            batch * runtime.replicas)
         return iter(runtime.strategy.experimental_distribute_dataset(dataset))
 
     def batch_for(precision: str) -> int:
@@ -366,6 +377,15 @@ def _tune_runtime(
         xla=bool(choice["xla"]), xla_reason=tuning["xla_reason"],
         global_batch_size=batch * runtime.replicas, learning_rate=learning_rate,
     )
+    reusable = None
+    winner = built.get(autotune_lib.Cell(choice["precision"], bool(choice["xla"])))
+    if tuning["status"] == "measured" and winner and learning_rate == runtime.learning_rate:
+        reusable, weights, slots = winner
+        reusable.set_weights(weights)  # undo the probe's steps (BatchNorm statistics too)
+        for variable, value in zip(reusable.optimizer.variables, slots, strict=True):
+            variable.assign(value)
+    built.clear()
+    tuning["trained_probe_model"] = reusable is not None
     if tuning["table"]:
         logging.info("Trainer: autotune %s in %.1f s (key %s):\n%s", tuning["status"],
                      tuning["probe_seconds"], tuning["key"],
@@ -373,7 +393,7 @@ def _tune_runtime(
     logging.info("Trainer: training with precision=%s (%s); xla=%s; batch %d per replica%s",
                  tuned.policy, tuned.policy_reason, tuned.xla, batch,
                  f" ({tuning['batch_size_reason']})" if batch_auto else "")
-    return tuned, tuning
+    return tuned, tuning, reusable
 
 
 def _real_batch(fn_args: tfx.components.FnArgs, task: _Task, size: int
@@ -476,7 +496,8 @@ def train_and_export(fn_args: tfx.components.FnArgs) -> TrainingResult:
     keras.utils.set_random_seed(seed)
 
     task = _resolve_task(model_config, config["data"], fn_args.train_files)
-    runtime, tuning = _tune_runtime(runtime, trainer, model_config, task, fn_args, multi_worker)
+    runtime, tuning, probed_model = _tune_runtime(runtime, trainer, model_config, task, fn_args,
+                                                  multi_worker)
     keras.utils.set_random_seed(seed)  # the probe's models drew from the same generators
     train_dataset, eval_dataset, train_examples, eval_examples = _datasets(
         fn_args, task, runtime, seed, repeat=multi_worker,
@@ -504,7 +525,7 @@ def train_and_export(fn_args: tfx.components.FnArgs) -> TrainingResult:
     keras.mixed_precision.set_dtype_policy(runtime.policy)
     try:
         with runtime.strategy.scope():
-            model = build_training_model(
+            model = probed_model or build_training_model(
                 model_config["name"], model_config["params"], task.input_shape,
                 task.num_classes, runtime.policy,
             )
@@ -515,10 +536,11 @@ def train_and_export(fn_args: tfx.components.FnArgs) -> TrainingResult:
                     task.num_classes, getattr(fn_args, "base_model", None),
                 )
             initial_weights_checksum = weights_checksum(model)
-            compile_training_model(
-                model, task.name, runtime.learning_rate, runtime.policy, loss_scale,
-                grad_accum_steps, runtime.xla,
-            )
+            if probed_model is None:
+                compile_training_model(
+                    model, task.name, runtime.learning_rate, runtime.policy, loss_scale,
+                    grad_accum_steps, runtime.xla,
+                )
         callbacks = [
             throughput,
             TrainingStatsCallback(),

@@ -208,6 +208,7 @@ def test_the_trainer_measures_on_this_cpu_then_reuses_the_decision(
     assert first["precision"] == fastest and first["xla"] is False
     assert first["precision_reason"].startswith(f"autotune: {fastest} xla off measured fastest")
     assert first["autotune_probe_seconds"] > 0
+    assert tuning["trained_probe_model"]  # the winner's traced model trains on: no 2nd trace
     assert os.listdir(cache_dir) == [os.path.basename(tuning["cache_file"])]
 
     second = run("second")
