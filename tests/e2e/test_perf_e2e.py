@@ -40,15 +40,15 @@ def test_the_stock_tfx_pipeline_trains_evaluates_and_pushes(tmp_path):
     sys.path.insert(0, str(REPO / "tests" / "unit"))
     from trainer_testdata import write_digits_examples
 
-    examples = write_digits_examples(str(tmp_path / "digits"), 300)
+    examples = write_digits_examples(str(tmp_path / "digits"), 1797)
     completed = subprocess.run(
         [sys.executable, "-m", "benchmarks.stock_tfx", examples, str(tmp_path / "work"),
-         json.dumps({"epochs": 2, "batch_size": 32, "input_size": [16, 16]})],
+         json.dumps({"epochs": 3, "batch_size": 32, "input_size": [16, 16]})],
         cwd=REPO, capture_output=True, text=True, timeout=900,
     )
     assert completed.returncode == 0, completed.stderr[-3000:]
     result = json.loads(completed.stdout.strip().splitlines()[-1])
-    # The Evaluator blessed it (accuracy >= 0.5 after 2 epochs) and the Pusher published it.
+    # The Evaluator blessed it (accuracy >= 0.5 after 3 epochs) and the Pusher published it.
     assert len(result["pushed_versions"]) == 1
     assert result["run_seconds"] > 0
 
