@@ -54,7 +54,7 @@ def test_the_stock_tfx_pipeline_trains_evaluates_and_pushes(tmp_path):
 
 
 def test_doctor_exits_0_on_this_cpu_machine(mptfx):
-    result = mptfx("doctor", timeout=300)
+    result = mptfx("doctor", timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "XLA compiles on /device:CPU:0" in result.stdout
     assert result.stdout.rstrip().endswith("nothing to fix")
