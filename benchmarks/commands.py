@@ -95,8 +95,9 @@ def register(commands: argparse._SubParsersAction) -> None:
                        help="comma-separated dtype policies (default: all three)")
     bench.add_argument("--xla", default="off,on", help="off, on or off,on (default)")
     bench.add_argument("--sections", default="all",
-                       help="comma-separated: throughput, largest_batch, input_pipeline, "
-                            "overhead, publication, pipeline (default: all)")
+                       help="comma-separated: throughput, auto_check, largest_batch, "
+                            "input_pipeline, overhead, publication, pipeline, stock_tfx "
+                            "(default: all)")
     bench.add_argument("--memory-cap", type=int, default=2048, metavar="MB",
                        help="CPU only: the largest-batch search's limit on a probe's peak "
                             "RSS (default 2048 MB; GPUs use their own memory)")

@@ -16,11 +16,13 @@ import dataclasses
 
 SECTIONS = (
     "throughput",
+    "auto_check",
     "largest_batch",
     "input_pipeline",
     "overhead",
     "publication",
     "pipeline",
+    "stock_tfx",
 )
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
 REFERENCE_PRECISION = "float32"
@@ -35,6 +37,8 @@ MIN_SPEEDUP_FOR_BATCH_SEARCH = 0.1
 
 # Typical --quick durations on the 2-core CI machine under load (for the time budget).
 SECTION_SECONDS = {
+    "auto_check": 40.0,
+    "stock_tfx": 150.0,
     "largest_batch": 120.0,
     "input_pipeline": 60.0,
     "overhead": 110.0,

@@ -409,16 +409,49 @@ def _pipeline_table(results: dict[str, Any]) -> list[str]:
     return lines + [""]
 
 
+def _auto_check_table(results: dict[str, Any]) -> list[str]:
+    rows = results.get("auto_check") or []
+    if not rows:
+        return []
+    lines = ["### auto check (the Trainer's measured auto vs the fastest cell in this run)", "",
+             "| model | auto chose | how | fastest measured | auto / fastest |",
+             "|---|---|---|---|---:|"]
+    for row in rows:
+        ratio = "n/a" if row.get("ratio") is None else f"{row['ratio']:.2f}×"
+        lines.append(f"| {row['model']} | {row.get('auto')} | {row.get('auto_status')} | "
+                     f"{row.get('fastest')} | {ratio} |")
+    return lines + [""]
+
+
+def _stock_tfx_table(results: dict[str, Any]) -> list[str]:
+    section = results.get("stock_tfx") or {}
+    if not section:
+        return []
+    if section.get("status") != "ok":
+        return [f"Stock TFX pipeline: {section.get('status')}: {section.get('error')}", ""]
+    ratio = section.get("ratio")
+    return [
+        "### Default `mptfx run` vs a stock TFX pipeline (same digits, model, epochs)", "",
+        "| pipeline | wall seconds (process) |", "|---|---:|",
+        f"| mptfx run (10 components) | {_number(section.get('mptfx_run_seconds'), 1)} |",
+        f"| stock TFX ({', '.join(section['components'])}) | "
+        f"{_number(section.get('stock_tfx_seconds'), 1)} |",
+        "", f"ratio (mptfx / stock): {'n/a' if ratio is None else f'{ratio:.2f}'}", "",
+    ]
+
+
 def render_markdown(results: dict[str, Any]) -> str:
     """All tables, then the verdicts, as one markdown document."""
     lines = _header(results)
     lines += _throughput_table(results)
+    lines += _auto_check_table(results)
     lines += _time_breakdown(results)
     lines += _largest_batch_table(results)
     lines += _input_tables(results)
     lines += _overhead_table(results)
     lines += _publication_table(results)
     lines += _pipeline_table(results)
+    lines += _stock_tfx_table(results)
     found = results.get("verdicts") or verdicts(results)
     if found:
         lines += ["### Verdicts", ""] + [f"- {line}" for line in found] + [""]

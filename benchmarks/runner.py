@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from benchmarks import charts, report
-from benchmarks.largest_batch import search_largest_batch
+from benchmarks.autocheck import auto_check_rows
 from benchmarks.launch import TaskOutcome, run_task
 from benchmarks.plan import (
     COMPUTE_DTYPES,
@@ -36,12 +36,13 @@ from benchmarks.plan import (
     cell_skip_reason,
     model_setup,
 )
+from components.trainer.batch_size import search_largest_batch
 from pipelines.errors import UsageError
 
 RESULTS_JSON = "results.json"
 RESULTS_MD = "results.md"
 _UNSUPPORTED = "No OpKernel was registered"
-DATA_SECTIONS = ("input_pipeline", "overhead", "publication")
+DATA_SECTIONS = ("input_pipeline", "overhead", "publication", "stock_tfx")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -147,6 +148,8 @@ class BenchRun:
         models = self.choose_models(host["models"])
         if self.wanted("throughput"):
             self.run_throughput(models)
+        if self.wanted("auto_check"):
+            self.run_auto_check(models)
         if self.wanted("largest_batch"):
             self.run_largest_batch(models)
         data = None
@@ -160,6 +163,8 @@ class BenchRun:
             self.run_publication(data)
         if self.wanted("pipeline"):
             self.run_pipeline()
+        if data and self.wanted("stock_tfx"):
+            self.run_stock_tfx(data)
         self.results["verdicts"] = report.verdicts(self.results)
         self.save()
         markdown = report.render_markdown(self.results)
@@ -300,6 +305,27 @@ class BenchRun:
                      f": {_cell_summary(row)} ({outcome.seconds:.0f} s, load {load})")
             self.save()
 
+    def run_auto_check(self, models: list[str]) -> None:
+        """The Trainer's `auto` (autotune) per model, against the fastest measured cell."""
+        self.say("  auto check: what the Trainer's auto chooses per model, vs the fastest cell")
+        choices: dict[str, dict[str, Any]] = {}
+        for model in models:
+            setup = self._setup(model)
+            outcome = self.task("auto_choice", {
+                "model": model, "input_shape": list(setup.input_shape),
+                "batch_size": setup.batch_size, "num_classes": setup.num_classes,
+            }, f"auto-{model}", timeout=self.preset.cell_timeout_seconds)
+            choices[model] = outcome.result if outcome.ok else {
+                "auto": None, "status": outcome.status, "error": outcome.error}
+        rows = auto_check_rows(self.results.get("throughput", []), choices)
+        self.results["auto_check"] = rows
+        self.results["auto_choices"] = choices
+        for row in rows:
+            ratio = "n/a" if row["ratio"] is None else f"{row['ratio']:.2f}x"
+            self.say(f"    {row['model']}: auto {row['auto']} ({row['auto_status']}), "
+                     f"fastest {row['fastest']}, ratio {ratio}")
+        self.save()
+
     def run_largest_batch(self, models: list[str]) -> None:
         chosen = self.preset.largest_batch_models
         models = [m for m in models if chosen is None or m in chosen]
@@ -424,6 +450,7 @@ class BenchRun:
             "batch_size": config.trainer.batch_size,
             "precision": config.trainer.precision,
             "xla": config.trainer.xla,
+            "epochs": config.trainer.epochs,
         }
 
     def run_input_pipeline(self, data: dict[str, Any]) -> None:
@@ -567,6 +594,37 @@ class BenchRun:
                 self.failures.append(f"pipeline: {summary.get('error')} (log: {log_path})")
             self.say(f"    {summary.get('status')} in {summary.get('wall_seconds')} s")
         self.results["pipeline"] = section
+        self.save()
+
+    def run_stock_tfx(self, data: dict[str, Any]) -> None:
+        """The default `mptfx run` and a stock TFX pipeline on the same digits, each in a
+        fresh process, wall time from process start to exit (imports included)."""
+        if "pipeline" not in self.results:
+            self.run_pipeline()
+        defaults = self._pipeline_defaults()
+        work_dir = self.bench_dir / "stock-tfx"
+        shutil.rmtree(work_dir, ignore_errors=True)
+        self.say(f"  stock TFX: ImportExampleGen ... Pusher with LocalDagRunner, "
+                 f"{defaults['model']} {defaults['epochs']} epochs ...")
+        outcome = self.task("stock_tfx", {
+            "examples_dir": data["examples_dir"], "work_dir": str(work_dir),
+            "training": {"epochs": defaults["epochs"], "batch_size": defaults["batch_size"],
+                         "input_size": defaults["input_size"]},
+        }, "stock-tfx", timeout=self.preset.pipeline_timeout_seconds)
+        ours = (self.results.get("pipeline") or {}).get("seconds")
+        section: dict[str, Any] = {
+            "status": outcome.status, "error": outcome.error,
+            "components": ["ImportExampleGen", "StatisticsGen", "SchemaGen", "Trainer",
+                           "Evaluator", "Pusher"],
+            "mptfx_run_seconds": ours,
+            "stock_tfx_seconds": round(outcome.seconds, 1),
+            **(outcome.result or {}),
+        }
+        section["ratio"] = (ours / outcome.seconds) if outcome.ok and ours else None
+        if outcome.ok:
+            self.say(f"    mptfx run {ours} s, stock TFX {outcome.seconds:.1f} s, ratio "
+                     + (f"{section['ratio']:.2f}" if section["ratio"] else "n/a"))
+        self.results["stock_tfx"] = section
         self.save()
 
     @staticmethod

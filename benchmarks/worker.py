@@ -122,6 +122,19 @@ def _publication(params: dict[str, Any]) -> dict[str, Any]:
     return {"rows": rows}
 
 
+def _auto_choice(params: dict[str, Any]) -> dict[str, Any]:
+    from benchmarks.autocheck import auto_choice
+
+    return auto_choice(params["model"], params["input_shape"], int(params["batch_size"]),
+                       int(params["num_classes"]))
+
+
+def _stock_tfx(params: dict[str, Any]) -> dict[str, Any]:
+    from benchmarks.stock_tfx import run
+
+    return run(params["examples_dir"], params["work_dir"], params["training"])
+
+
 TASKS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "host": _host,
     "train_cell": _train_cell,
@@ -132,6 +145,8 @@ TASKS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "ingest_compare": _ingest_compare,
     "trainer_overhead": _trainer_overhead,
     "publication": _publication,
+    "auto_choice": _auto_choice,
+    "stock_tfx": _stock_tfx,
 }
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
@@ -115,7 +115,8 @@ class LossScaleSection(_Section):
 
 class TrainerSection(_Section):
     epochs: int = Field(15, ge=1)
-    batch_size: int = Field(32, ge=1)
+    # Per replica; "auto" = the largest that fits (see batch_memory_mb, batch_lr_scaling).
+    batch_size: Annotated[int, Field(ge=1)] | Literal["auto"] = 32
     learning_rate: float = Field(1e-3, gt=0)
     precision: Literal["auto", "float32", "mixed_float16", "mixed_bfloat16"] = "auto"
     prefer_bfloat16: bool = False
@@ -135,6 +136,25 @@ class TrainerSection(_Section):
     # Decode the examples once and keep them in memory when they take at most this many MB
     # (float32 after resizing); 0 = read and decode the files every epoch.
     cache_max_mb: int = Field(1024, ge=0)
+    # on: when more than one precision/XLA cell is plausible here, time a few steps of each
+    # on the real model and train with the fastest safe one (cached per device, model,
+    # input, batch and strategy); off: the static rules.
+    autotune: Literal["on", "off"] = "on"
+    # Where measured decisions are cached; "" = <workspace>/autotune.
+    autotune_cache_dir: str = ""
+    # batch_size auto: the CPU's cap on a step's estimated training memory, MB (on a GPU a
+    # cap on the allocator's peak; 0 = until out of memory).
+    batch_memory_mb: int = Field(1024, ge=0)
+    # batch_size auto: learning_rate is for this batch; scaled linearly, by the square root
+    # or not at all for the batch chosen.
+    base_batch_size: int = Field(32, ge=1)
+    batch_lr_scaling: Literal["linear", "sqrt", "none"] = "linear"
+
+    @field_validator("autotune", mode="before")
+    @classmethod
+    def _yaml_on_off(cls, value: Any) -> Any:
+        # YAML 1.1 reads a bare on/off as a boolean.
+        return {True: "on", False: "off"}.get(value, value) if isinstance(value, bool) else value
 
 
 class EvaluatorSection(_Section):

@@ -27,10 +27,18 @@ TRAINER_RUN_FN = "components.trainer.module.run_fn"
 # Beam's DirectRunner (2.74) first tries PrismRunner, which downloads a binary from the
 # internet at run time. Pipelines that allow unsafe triggers are never sent to Prism (our
 # batch pipelines use no triggers at all), so the in-process FnApiRunner runs them offline.
+#
+# --requirements_file=/dev/null: given no dependency flag, every Beam component
+# (StatisticsGen, Evaluator, ...) first builds a TFX sdist for remote workers
+# (tfx.utils.dependency_utils.build_ephemeral_package, a `setup.py sdist` of TFX: 24 s
+# each on the loaded CI machine). The in-process DirectRunner never stages anything, so
+# naming an empty requirements file skips that build; remote runners
+# (kubernetes.beam_pipeline_args) replace these arguments altogether.
 LOCAL_BEAM_ARGS = [
     "--direct_running_mode=in_memory",
     "--direct_num_workers=1",
     "--allow_unsafe_triggers",
+    "--requirements_file=/dev/null",
 ]
 LABEL_KEY = "label"
 PREDICTION_KEY = "probabilities"
@@ -110,6 +118,16 @@ def _eval_config(label_key: str, metrics: list) -> tfma.EvalConfig:
     )
 
 
+def _trainer_custom_config(config: Config, workspace: Workspace) -> dict:
+    """The Trainer's custom_config, with the autotune cache in the workspace by default
+    (the Trainer reads nothing but its custom_config)."""
+    custom_config = config.trainer_custom_config()
+    trainer = custom_config["trainer"]
+    trainer["autotune_cache_dir"] = trainer["autotune_cache_dir"] or str(
+        workspace.root / "autotune")
+    return custom_config
+
+
 def create_pipeline(
     config: Config, workspace: Workspace, data: DataSelection, schema_file: str = ""
 ) -> tfx.dsl.Pipeline:
@@ -157,7 +175,7 @@ def create_pipeline(
         schema=schema_gen.outputs["schema"],
         # The champion (latest blessed model) to start from, with trainer.warm_start.
         base_model=model_resolver.outputs["model"] if config.trainer.warm_start else None,
-        custom_config=config.trainer_custom_config(),
+        custom_config=_trainer_custom_config(config, workspace),
     )
     trainer.add_upstream_node(data_gate)
 

@@ -150,6 +150,10 @@ def run_params(summary: Mapping[str, Any], training: Mapping[str, Any]) -> dict[
         "train_examples": trainer.get("train_examples"),
         "eval_examples": trainer.get("eval_examples"),
         "data_root": summary.get("data_root"),
+        "autotune": _mapping(trainer.get("autotune")).get("status"),
+        "autotune_candidates": ", ".join(_mapping(trainer.get("autotune")).get("candidates")
+                                         or []) or None,
+        "batch_size_reason": trainer.get("batch_size_reason"),
     }
     params.update(_flatten("config", config))
     return {key: _text(value, _MAX_PARAM_LENGTH) for key, value in params.items()
@@ -189,6 +193,12 @@ def final_metrics(summary: Mapping[str, Any], tfma_metrics: Mapping[str, float])
         metrics[f"eval/recall_{name}"] = recall
     for name, value in tfma_metrics.items():
         metrics[f"tfma/{name}"] = value
+    # autotune's measured table: one throughput per cell, and what measuring cost.
+    tuning = _mapping(trainer.get("autotune"))
+    metrics["autotune/probe_seconds"] = tuning.get("probe_seconds")
+    for row in tuning.get("table") or []:
+        cell = f"{row.get('precision')}_xla_{'on' if row.get('xla') else 'off'}"
+        metrics[f"autotune/{cell}_images_per_sec"] = row.get("images_per_sec")
     for name, info in (summary.get("components") or {}).items():
         metrics[f"seconds/{name}"] = info.get("seconds")
     metrics["size/saved_model_bytes"] = saved_model_bytes(summary)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from benchmarks import charts, report
-from benchmarks.largest_batch import search_largest_batch
 from benchmarks.runner import _add_speedups
+from components.trainer.batch_size import search_largest_batch
 
 
 def _probe_log(limit: int):
