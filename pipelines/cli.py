@@ -53,6 +53,7 @@ COMMAND_MODULES: list[str] = [
     "pipelines.k8s_commands",
     "components.tracking.commands",
     "benchmarks.commands",
+    "components.serving.commands",
 ]
 
 
