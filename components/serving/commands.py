@@ -20,6 +20,7 @@ import argparse
 import json
 import os
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -205,7 +206,9 @@ def command_serve(args: argparse.Namespace) -> int:
     from components.serving.models_config import ModelsConfigError
     from components.serving.rollout import check_and_repair
 
+    # Before TensorFlow and MLflow are imported: a refusal must be the only line printed.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    warnings.filterwarnings("ignore")
     try:
         config, target, registry = _open(args)
         if args.serve_command == "check":

@@ -10,6 +10,8 @@ parsed with TF Serving's own `model_server_config_pb2`, and the aliases in MLflo
 from __future__ import annotations
 
 import base64
+import contextlib
+import io
 import json
 import os
 import shutil
@@ -23,7 +25,7 @@ import numpy as np
 import pytest
 import yaml
 
-from tests.conftest import REPO
+from tests.conftest import REPO, CliResult
 
 pytestmark = pytest.mark.e2e
 
@@ -46,13 +48,24 @@ def workspace(mptfx, tmp_path_factory) -> Path:
     return root
 
 
-def serve(mptfx, workspace: Path, *args: str, env: dict | None = None):
-    if env is None:
-        return mptfx("serve", *args, "--workspace", str(workspace))
-    completed = subprocess.run(
-        [sys.executable, "-m", "pipelines.cli", "serve", *args, "--workspace", str(workspace)],
-        cwd=REPO, env={**os.environ, **env}, capture_output=True, text=True, timeout=300)
-    return completed
+def serve(mptfx, workspace: Path, *args: str, process: bool = False, env: dict | None = None):
+    """`mptfx serve ARGS`: in this process through the CLI's own `main` (each new process
+    spends most of a minute importing TensorFlow and MLflow on this machine), or as a real
+    console process with `process=True`."""
+    argv = ["serve", *args, "--workspace", str(workspace)]
+    if process or env is not None:
+        return subprocess.run([sys.executable, "-m", "pipelines.cli", *argv], cwd=REPO,
+                              env={**os.environ, **(env or {})}, capture_output=True,
+                              text=True, timeout=600)
+    from pipelines.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(argv)
+        except SystemExit as exit_:  # argparse refusals
+            code = exit_.code
+    return CliResult(code, out.getvalue(), err.getvalue())
 
 
 def served(workspace: Path) -> dict:
@@ -126,7 +139,7 @@ class _TFServingDouble(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     def do_GET(self) -> None:  # noqa: N802 (http.server's name)
-        versions = served(self.serving_dir.parent)["versions"]
+        versions = served(self.serving_dir.parent.parent)["versions"]
         self._reply(200, {"model_version_status": [
             {"version": str(v), "state": "AVAILABLE", "status": {"error_code": "OK"}}
             for v in versions]})
@@ -138,7 +151,7 @@ class _TFServingDouble(BaseHTTPRequestHandler):
         parts = path.strip("/").split("/")  # v1 models digits [labels L | versions N]
         if verb != "predict" or parts[:3] != ["v1", "models", "digits"]:
             return self._reply(404, {"error": f"no such path {self.path}"})
-        labels = served(self.serving_dir.parent)["labels"]
+        labels = served(self.serving_dir.parent.parent)["labels"]
         if len(parts) == 5 and parts[3] == "labels":
             if parts[4] not in labels:
                 return self._reply(404, {"error": f"unknown label {parts[4]}"})
@@ -197,7 +210,7 @@ def test_check_replays_warmup_requests_and_reports_agreement_and_latency(
 
 
 def test_check_names_the_host_when_nothing_answers(mptfx, workspace):
-    result = serve(mptfx, workspace, "check", "--url", "http://127.0.0.1:9")
+    result = serve(mptfx, workspace, "check", "--url", "http://127.0.0.1:9", process=True)
     assert result.returncode == 2
     assert result.stderr.strip().splitlines()[-1].startswith("mptfx: error: serve check: "
                                                              "127.0.0.1:9 did not answer")
@@ -217,8 +230,8 @@ def test_every_refusal_is_one_line_exit_2_and_changes_nothing(mptfx, workspace):
     uri = f"sqlite:///{workspace}/mlflow.db"
     client = MlflowClient(tracking_uri=uri, registry_uri=uri)
     # What an unblessed run registers: a version that was never pushed (no serving_version).
-    unpushed = client.create_model_version("digits", source=str(workspace),
-                                           tags={"blessed": "false"}).version
+    unpushed = str(client.create_model_version("digits", source=str(workspace),
+                                               tags={"blessed": "false"}).version)
     # A folder nobody blessed: copied by hand beside the pushed versions.
     shutil.copytree(workspace / "serving" / "digits" / "1", workspace / "serving" / "digits" / "7")
     before = _snapshot(workspace)
@@ -231,8 +244,8 @@ def test_every_refusal_is_one_line_exit_2_and_changes_nothing(mptfx, workspace):
         ("canary", "1"): "version 1 is already stable",
         ("canary", "2", "--weight", "150"): "--weight must be between 0 and 100",
     }
-    for argv, expected in refusals.items():
-        result = serve(mptfx, workspace, *argv)
+    for index, (argv, expected) in enumerate(refusals.items()):
+        result = serve(mptfx, workspace, *argv, process=index == 0)  # one as a real process
         lines = result.stderr.strip().splitlines()
         assert result.returncode == 2, (argv, result.stderr)
         assert len(lines) == 1 and expected in lines[0], (argv, lines)
