@@ -306,12 +306,14 @@ def test_pyfunc_of_a_canary_push_predicts_like_its_saved_model(workspace):
     client = mlflow.MlflowClient(tracking_uri=uri, registry_uri=uri)
     [record] = [v for v in client.search_model_versions("name = 'digits'")
                 if v.tags.get("serving_version") == "2"]
-    previous = mlflow.get_registry_uri()
+    previous = mlflow.get_tracking_uri(), mlflow.get_registry_uri()
+    mlflow.set_tracking_uri(uri)  # else MLflow creates ./mlflow.db in the working directory
     mlflow.set_registry_uri(uri)
     try:
         model = mlflow.pyfunc.load_model(f"models:/digits/{record.version}")
     finally:
-        mlflow.set_registry_uri(previous)
+        mlflow.set_tracking_uri(previous[0])
+        mlflow.set_registry_uri(previous[1])
     images = np.random.default_rng(0).integers(0, 256, (5, 8, 8, 1), dtype=np.uint8)
     saved = tf.saved_model.load(str(workspace / "serving" / "digits" / "2"))
     expected = saved.signatures["predict_images"](images=tf.constant(images))
