@@ -54,6 +54,7 @@ COMMAND_MODULES: list[str] = [
     "components.tracking.commands",
     "benchmarks.commands",
     "pipelines.doctor",
+    "components.serving.commands",
 ]
 
 

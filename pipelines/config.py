@@ -170,7 +170,11 @@ class PusherSection(_Section):
     model_name: str = Field("digits", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     # Empty = <workspace>/serving. TF Serving's --model_base_path is <serving_dir>/<model_name>.
     serving_dir: str = ""
-    keep_versions: int = Field(5, ge=1)
+    # At least 2: TF Serving polls models.config, so the version it still serves must
+    # outlive the push of the next one. Labelled versions are never pruned.
+    keep_versions: int = Field(5, ge=2)
+    # direct: a blessed version becomes `stable`; canary: it becomes `canary`, stable stays.
+    rollout: Literal["direct", "canary"] = "direct"
 
 
 class ExportSection(_Section):
@@ -292,6 +296,19 @@ class TrackingSection(_Section):
     connect_timeout_seconds: float = Field(5.0, gt=0)
 
 
+class ServingSection(_Section):
+    """Traffic split and monitoring around TF Serving (`mptfx serve`, components/serving/)."""
+
+    # The Gateway API Gateway the rendered HTTPRoute attaches to ("" namespace = the route's).
+    gateway: str = "mptfx-gateway"
+    gateway_namespace: str = ""
+    # `mptfx serve canary VERSION` without --weight: this percentage of predict requests.
+    canary_weight: int = Field(10, ge=0, le=100)
+    # PrometheusRule alerts: p99 request latency above this, error ratio above max_error_rate.
+    p99_latency_budget_ms: float = Field(250.0, gt=0)
+    max_error_rate: float = Field(0.01, gt=0, le=1)
+
+
 class Config(_Section):
     """The whole pipeline configuration; see `configs/local.yaml` for every key."""
 
@@ -304,6 +321,7 @@ class Config(_Section):
     export: ExportSection = Field(default_factory=ExportSection)
     tflite: TFLiteSection = Field(default_factory=TFLiteSection)
     tracking: TrackingSection = Field(default_factory=TrackingSection)
+    serving: ServingSection = Field(default_factory=ServingSection)
     kubernetes: KubernetesSection = Field(default_factory=KubernetesSection)
 
     def trainer_custom_config(self) -> dict[str, Any]:

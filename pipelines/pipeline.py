@@ -192,6 +192,7 @@ def create_pipeline(
         model_blessing=evaluator.outputs["blessing"],
         base_directory=workspace.serving_dir(config.pusher.model_name, config.pusher.serving_dir),
         keep_versions=config.pusher.keep_versions,
+        rollout=config.pusher.rollout,
     ).with_id("Pusher")
 
     tflite = TFLiteExport(

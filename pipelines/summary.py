@@ -184,6 +184,7 @@ def _pushed_section(nodes: dict) -> dict[str, Any]:
         "pushed": True,
         "path": _custom(pushed, "pushed_destination"),
         "version": _custom(pushed, "pushed_version"),
+        "label": _custom(pushed, "serving_label") or "stable",  # models.config label
     }
 
 

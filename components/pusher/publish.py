@@ -17,7 +17,7 @@ import logging
 import posixpath
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 import tensorflow as tf
 
@@ -96,10 +96,13 @@ def _remove_stale_staging(base_dir: str) -> None:
             tf.io.gfile.rmtree(path)
 
 
-def prune_versions(base_dir: str, keep_versions: int) -> list[int]:
-    """Delete all but the newest `keep_versions` versions; returns the deleted ones."""
+def prune_versions(base_dir: str, keep_versions: int,
+                   protected: Collection[int] = ()) -> list[int]:
+    """Delete all but the newest `keep_versions` versions, never one in `protected` (the
+    versions models.config labels: stable, canary, previous); returns the deleted ones."""
     versions = existing_versions(base_dir)
     doomed = versions[:-keep_versions] if keep_versions > 0 else []
+    doomed = [version for version in doomed if version not in set(protected)]
     for version in doomed:
         tf.io.gfile.rmtree(posixpath.join(base_dir, str(version)))
     return doomed
@@ -110,12 +113,14 @@ def publish_version(
     base_dir: str,
     keep_versions: int = 5,
     copy_file: CopyFile = _default_copy,
+    protected: Collection[int] = (),
 ) -> tuple[int, str]:
     """Copy the SavedModel at `source_dir` to `<base_dir>/<next integer version>`.
 
     Returns (version, version_dir). When the newest version already holds this very model,
-    that version is returned and nothing is copied. On any failure the staging copy is
-    removed, no new version is visible, and PublishError names the destination.
+    that version is returned and nothing is copied. Pruning spares `protected` versions.
+    On any failure the staging copy is removed, no new version is visible, and PublishError
+    names the destination.
     """
     if not tf.io.gfile.exists(posixpath.join(source_dir, _SAVED_MODEL_FILE)):
         raise PublishError(f"no {_SAVED_MODEL_FILE} in {source_dir}: not a SavedModel")
@@ -144,7 +149,7 @@ def publish_version(
                 tf.io.gfile.rmtree(leftover)
         raise PublishError(f"publishing to {version_dir} failed, nothing published: "
                            f"{error}") from error
-    removed = prune_versions(base_dir, keep_versions)
+    removed = prune_versions(base_dir, keep_versions, protected)
     logging.info("published version %d to %s (removed old versions %s)", version,
                  version_dir, removed)
     return version, version_dir

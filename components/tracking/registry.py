@@ -1,7 +1,8 @@
 """The MLflow Model Registry side: one version per trained model, aliases champion/challenger.
 
 - The Pusher published the model → its SavedModel is registered under the model name and
-  holds the alias `champion` (what TF Serving serves).
+  holds the alias `champion` (TF Serving's `stable` label), or `challenger` when the Pusher
+  labelled it `canary` (`pusher.rollout: canary`; `mptfx serve` moves both aliases later).
 - The Evaluator did not bless it → it is registered and holds `challenger`.
 
 A model (identified by the Trainer's artifact URI) is registered once: a re-run that reuses
@@ -47,9 +48,11 @@ def choose_candidate(summary: Mapping[str, Any]) -> Candidate | None:
     folder = serving_model_dir(summary)
     if not model_uri or not folder:
         return None
-    if (summary.get("pushed") or {}).get("pushed"):
+    pushed = summary.get("pushed") or {}
+    if pushed.get("pushed"):
         ran = (components.get("Pusher") or {}).get("status") == "completed"
-        return Candidate(CHAMPION, folder, model_uri, ran)
+        alias = CHALLENGER if pushed.get("label") == "canary" else CHAMPION
+        return Candidate(alias, folder, model_uri, ran)
     if evaluation and not evaluation.get("blessed"):
         ran = (components.get("Evaluator") or {}).get("status") == "completed"
         return Candidate(CHALLENGER, folder, model_uri, ran)
@@ -94,6 +97,22 @@ def set_alias(client: Any, model_name: str, alias: str, version: Any) -> None:
         client.delete_registered_model_alias(model_name, CHALLENGER)
 
 
+def log_serving_model(client: Any, run_id: str, model_dir: str) -> None:
+    """Log `serving_model/`: an MLflow pyfunc model wrapping the SavedModel (so
+    `mlflow.pyfunc.load_model("models:/<name>@champion")` predicts), or the SavedModel as
+    is when it has no image warm-up request to serve as input example (segmentation)."""
+    import tempfile
+
+    from components.serving.pyfunc import save_pyfunc_model
+
+    with tempfile.TemporaryDirectory(prefix="mptfx-pyfunc-") as folder:
+        wrapped = os.path.join(folder, SERVING_ARTIFACT)
+        if save_pyfunc_model(model_dir, wrapped):
+            client.log_artifacts(run_id, wrapped, SERVING_ARTIFACT)
+            return
+    client.log_artifacts(run_id, model_dir, SERVING_ARTIFACT)
+
+
 def create_version(
     client: Any, run_id: str, artifact_uri: str, model_name: str, tags: Mapping[str, str]
 ) -> Any:
@@ -121,7 +140,7 @@ def register_run_model(
     if version is None:
         if not os.path.isdir(candidate.model_dir):
             return None
-        client.log_artifacts(run_id, candidate.model_dir, SERVING_ARTIFACT)
+        log_serving_model(client, run_id, candidate.model_dir)
         evaluation = summary.get("eval") or {}
         pushed = summary.get("pushed") or {}
         tags = {
@@ -147,3 +166,44 @@ def register_run_model(
         client.set_tag(run_id, REGISTERED_ALIAS_TAG, candidate.alias)
     return {"name": model_name, "version": str(version.version),
             "alias": candidate.alias if moved else None, "source": version.source}
+
+
+def registered_versions(client: Any, model_name: str) -> list[Any]:
+    """Every registered version of `model_name`, oldest first ([] when the model is unknown)."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        versions = client.search_model_versions(f"name = '{model_name}'")
+    except MlflowException:
+        return []
+    return sorted(versions, key=lambda v: int(v.version))
+
+
+def serving_version_of(version: Any) -> int | None:
+    """The TF Serving version a registered version was pushed as (its `serving_version` tag)."""
+    value = (version.tags or {}).get("serving_version", "")
+    return int(value) if value.isdigit() else None
+
+
+def current_aliases(client: Any, model_name: str) -> dict[str, str]:
+    """alias → registered version number of `model_name` ({} when the model is unknown)."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        aliases = client.get_registered_model(model_name).aliases or {}
+    except MlflowException:
+        return {}
+    return {name: str(version) for name, version in aliases.items()}
+
+
+def point_alias(client: Any, model_name: str, alias: str, version: str | None) -> None:
+    """Move `alias` to registered `version`, or delete it when `version` is None."""
+    from mlflow.exceptions import MlflowException
+
+    if version is not None:
+        client.set_registered_model_alias(model_name, alias, version)
+        return
+    try:
+        client.delete_registered_model_alias(model_name, alias)
+    except MlflowException:  # already absent
+        pass

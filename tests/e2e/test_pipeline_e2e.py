@@ -224,3 +224,28 @@ def test_worse_model_is_not_blessed_against_the_blessed_one(digits_run, unblesse
     assert any("against the latest blessed model" in why for why in evaluation["why_not_blessed"])
     served = Path(digits_run[1].summary["pushed"]["path"]).parent
     assert sorted(p.name for p in served.iterdir()) == ["1"]
+
+
+def test_mlflow_loads_the_champion_and_predicts_with_the_evaluators_accuracy(digits_run):
+    """What a user of MLflow does with the registered model, on the default run's store."""
+    import mlflow
+
+    summary = digits_run[1].summary
+    images, labels = _eval_images(summary)
+    previous = mlflow.get_tracking_uri(), mlflow.get_registry_uri()
+    mlflow.set_tracking_uri(summary["mlflow"]["tracking_uri"])
+    mlflow.set_registry_uri(summary["mlflow"]["tracking_uri"])
+    try:
+        model = mlflow.pyfunc.load_model("models:/digits@champion")
+    finally:
+        mlflow.set_tracking_uri(previous[0])
+        mlflow.set_registry_uri(previous[1])
+    assert images.dtype == np.uint8
+    predicted = model.predict(images)
+    assert predicted["probabilities"].shape == (len(labels), 10)
+    np.testing.assert_allclose(predicted["probabilities"].sum(axis=1), 1.0, atol=1e-4)
+    accuracy = float(np.mean(predicted["class_id"] == labels))
+    # The Evaluator scored the same eval split through the same SavedModel (rounded to 4 places).
+    assert abs(accuracy - summary["eval"]["accuracy"]) <= 1e-4 + 0.5 / len(labels)
+    signature = model.metadata.get_input_schema().inputs[0]
+    assert signature.type == np.dtype(np.uint8) and signature.name == "images"

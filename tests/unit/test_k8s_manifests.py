@@ -164,7 +164,7 @@ def test_serving_has_grpc_rest_readiness_batching_and_warmup(rendered):
     assert {p["port"] for p in service["spec"]["ports"]} == {8500, 8501}
     config = _by_kind(base, "ConfigMap")["mptfx-serving-config"]["data"]
     assert "max_batch_size" in config["batching.config"]
-    assert 'base_path: "/mnt/mptfx/serving/digits"' in config["models.config"]
+    assert "prometheus_config" in config["monitoring.config"]  # models.config is on the PVC
     deployments = _by_kind(base, "Deployment")
     gpu = deployments["mptfx-serving-gpu"]["spec"]["template"]["spec"]
     cpu = deployments["mptfx-serving-cpu"]["spec"]["template"]["spec"]

@@ -1,0 +1,1 @@
+"""Serving operations: models.config (what TF Serving serves), rollout verbs, MLflow pyfunc."""
