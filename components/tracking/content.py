@@ -150,6 +150,10 @@ def run_params(summary: Mapping[str, Any], training: Mapping[str, Any]) -> dict[
         "train_examples": trainer.get("train_examples"),
         "eval_examples": trainer.get("eval_examples"),
         "data_root": summary.get("data_root"),
+        # A user's model file (model.module_file): which file and which exact content.
+        "model_file": os.path.basename(trainer["model_file"]) if trainer.get("model_file")
+        else None,
+        "model_file_sha256": trainer.get("model_file_sha256"),
     }
     params.update(_flatten("config", config))
     return {key: _text(value, _MAX_PARAM_LENGTH) for key, value in params.items()
