@@ -241,7 +241,8 @@ def apply_recurrent_precision(
     """
     if recurrent_precision not in RECURRENT_PRECISIONS:
         raise ValueError(f"trainer.recurrent_precision must be one of "
-                         f"{list(RECURRENT_PRECISIONS)}. Received: {recurrent_precision!r}")
+                         f"{list(RECURRENT_PRECISIONS)}. "
+                         f"Received: recurrent_precision={recurrent_precision!r}")
     layers = find_recurrent_layers(model)
     if policy == "mixed_float16" and recurrent_precision == "float32":
         for layer in layers:

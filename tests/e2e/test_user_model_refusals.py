@@ -7,9 +7,11 @@ Each case is the real `mptfx run` on a file under tests/data/user_models/, with
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from tests.conftest import REPO
+REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.e2e
 

@@ -3,13 +3,16 @@ named in the Trainer's custom_config; recurrent layers kept in float32 when aske
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import keras
 import numpy as np
 import pytest
 
 from components.trainer import precision
 from models import registry, user_module
-from tests.conftest import REPO
+
+REPO = Path(__file__).resolve().parents[2]
 
 EXAMPLE = REPO / "examples" / "my_model.py"
 LSTM_FILE = REPO / "tests" / "data" / "user_models" / "lstm_rows.py"
