@@ -110,6 +110,7 @@ def _resolve_data(config: Any, workspace: Any, data_arg: str | None) -> Any:
     """What to ingest (a DataSelection): --data, else data.source, with its latest span(s);
     builtin:digits and synthetic:volumes are exported into the workspace first."""
     from components.ingest.listing import DataError, is_tfrecord_dir, scan_image_folder
+    from components.ingest.volume_source import is_volume_dir
     from pipelines.config import BUILTIN_DIGITS, SYNTHETIC_VOLUMES
     from pipelines.datasets import export_digits
     from pipelines.spans import DataSelection, select_data
@@ -132,7 +133,7 @@ def _resolve_data(config: Any, workspace: Any, data_arg: str | None) -> Any:
     try:
         selection = select_data(os.path.abspath(source), config.data.spans.window)
         for folder in selection.folders:
-            if not is_tfrecord_dir(folder):
+            if not is_tfrecord_dir(folder) and not is_volume_dir(folder):
                 scan_image_folder(folder)  # fails fast: missing, empty or single-class folder
     except (DataError, FileNotFoundError, ValueError) as error:
         raise UsageError(str(error)) from None
