@@ -120,6 +120,9 @@ def _read_config(custom_config: Mapping[str, Any] | None) -> dict[str, dict[str,
     # A user's module file (staged in the pipeline root) is imported and registered here;
     # everything below builds it by its registry name like any other model.
     config["model"]["name"] = resolve_model_name(config["model"])
+    if config["model"]["module_file"]:
+        logging.info("Trainer: model %s imported from %s", config["model"]["name"],
+                     config["model"]["module_file"])
     return config
 
 
