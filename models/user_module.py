@@ -86,12 +86,20 @@ def stage_module_file(source: str, pipeline_root: str) -> StagedModule:
     digest = file_sha256(source)
     folder = f"{pipeline_root.rstrip('/')}/{STAGED_DIR}/{digest[:_HASH_PREFIX]}"
     staged = f"{folder}/{os.path.basename(source)}"
-    if not tf.io.gfile.exists(staged):
-        tf.io.gfile.makedirs(folder)
-        # Copy to a temporary name and rename, so a pod never imports a half-written file.
-        partial = f"{staged}.partial"
-        tf.io.gfile.copy(source, partial, overwrite=True)
-        tf.io.gfile.rename(partial, staged, overwrite=True)
+    try:
+        if not tf.io.gfile.exists(staged):
+            tf.io.gfile.makedirs(folder)
+            # Copy to a temporary name and rename, so a pod never imports a half-written file.
+            partial = f"{staged}.partial"
+            tf.io.gfile.copy(source, partial, overwrite=True)
+            tf.io.gfile.rename(partial, staged, overwrite=True)
+    except (tf.errors.OpError, OSError) as error:
+        reason = str(getattr(error, "message", "") or error).strip().splitlines()
+        raise UserModelError(
+            f"model.module_file {source}: cannot stage it into {folder} "
+            f"({reason[0] if reason else type(error).__name__}); the pipeline root must be "
+            "writable where the pipeline is built"
+        ) from None
     return StagedModule(source, staged, digest)
 
 

@@ -268,11 +268,15 @@ def _run_pipeline(
     from components import tracking
 
     tracking_store = tracking.resolve_store(config, workspace.root, out)  # exit 2 if required
+    from models.user_module import UserModelError
     from pipelines.local_runner import RunProgress, run_locally
     from pipelines.pipeline import create_pipeline
     from pipelines.summary import build_summary, collect_outputs
 
-    pipeline = create_pipeline(config, workspace, data, schema_file=plan.schema_file)
+    try:
+        pipeline = create_pipeline(config, workspace, data, schema_file=plan.schema_file)
+    except UserModelError as error:  # the model file could not be staged
+        raise UsageError(str(error)) from None
     print(f"mptfx run {run_id}: {len(pipeline.components)} components, "
           f"workspace {workspace.root}, log {log_path}", file=out)
 
