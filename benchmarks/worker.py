@@ -159,7 +159,7 @@ def main(argv: list[str]) -> int:
     with open(params_path) as f:
         params = json.load(f)
     try:
-        user_model = _register_user_model(params.get("user_model"))
+        user_model = _register_user_model(params.pop("user_model", None))
         result = TASKS[task](params)
         if user_model:
             result["user_model"] = user_model
