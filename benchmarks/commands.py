@@ -1,6 +1,7 @@
 """The `mptfx bench` sub-command.
 
-    mptfx bench [--quick] [--workspace DIR] [--models A,B] [--precisions P,Q] [--xla off,on]
+    mptfx bench [--quick] [--workspace DIR] [--models A,B] [--model-file PATH] [--precisions P,Q]
+                [--xla off,on]
                 [--sections S,T] [--memory-cap MB] [--batch-size N] [--input-shape 64x64x1]
                 [--windows N] [--window-seconds S] [--warmup-seconds S] [--max-batch N]
 
@@ -43,6 +44,20 @@ def _shape(text: str | None) -> tuple[int, ...] | None:
     return shape
 
 
+def _model_file(args: argparse.Namespace) -> dict[str, str]:
+    """--model-file/--model-builder/--model-task, the file checked to exist (exit 2)."""
+    if not args.model_file:
+        return {}
+    import os
+
+    if not args.model_file.endswith(".py") or (
+            "://" not in args.model_file and not os.path.isfile(args.model_file)):
+        raise UsageError(f"--model-file {args.model_file}: not an existing .py file")
+    return {"model_file": os.path.abspath(args.model_file) if "://" not in args.model_file
+            else args.model_file, "model_builder": args.model_builder,
+            "model_task": args.model_task}
+
+
 def _options(args: argparse.Namespace):
     from benchmarks.plan import SECTIONS
     from benchmarks.runner import BenchOptions
@@ -66,6 +81,7 @@ def _options(args: argparse.Namespace):
         warmup_seconds=args.warmup_seconds,
         memory_cap_mb=float(args.memory_cap),
         max_batch=args.max_batch,
+        **_model_file(args),
         command="mptfx " + shlex.join(sys.argv[1:]) if sys.argv[1:2] == ["bench"]
         else "mptfx bench",
     )
@@ -91,6 +107,14 @@ def register(commands: argparse._SubParsersAction) -> None:
     bench.add_argument("--workspace", default="workspace",
                        help="output folder (default ./workspace); results in <workspace>/bench")
     bench.add_argument("--models", help="comma-separated registry names (default: all registered)")
+    bench.add_argument("--model-file", metavar="PATH",
+                       help="your own model file (like model.module_file); benchmarked "
+                            "instead of the registered models, or beside --models")
+    bench.add_argument("--model-builder", default="build_model",
+                       help="the builder function in --model-file (default build_model)")
+    bench.add_argument("--model-task", default="classification",
+                       choices=["classification", "segmentation"],
+                       help="--model-file's task (default classification)")
     bench.add_argument("--precisions", default=",".join(_PRECISIONS),
                        help="comma-separated dtype policies (default: all three)")
     bench.add_argument("--xla", default="off,on", help="off, on or off,on (default)")

@@ -63,6 +63,11 @@ class BenchOptions:
     memory_cap_mb: float = 2048.0
     max_batch: int | None = None
     command: str = "mptfx bench"
+    # --model-file: a user's model file (models/user_module.py), benchmarked instead of
+    # (or, with --models, beside) the registered models.
+    model_file: str = ""
+    model_builder: str = "build_model"
+    model_task: str = "classification"
 
     @property
     def preset(self) -> Preset:
@@ -111,6 +116,10 @@ class BenchRun:
         timeout: float,
         memory_cap_mb: float | None = None,
     ) -> TaskOutcome:
+        if self.options.model_file:
+            params = {**params, "user_model": {"module_file": self.options.model_file,
+                                               "builder": self.options.model_builder,
+                                               "task": self.options.model_task}}
         outcome = run_task(task, params, self.bench_dir, name, timeout, memory_cap_mb)
         self.results.setdefault("task_seconds", {})[name] = round(outcome.seconds, 1)
         if outcome.status == "failed" and _UNSUPPORTED in (outcome.error or ""):
@@ -145,7 +154,7 @@ class BenchRun:
         if host is None:
             self.save()
             return 1
-        models = self.choose_models(host["models"])
+        models = self.choose_models(host["models"], host.get("user_model"))
         if self.wanted("throughput"):
             self.run_throughput(models)
         if self.wanted("auto_check"):
@@ -219,7 +228,10 @@ class BenchRun:
         self.save()
         return host
 
-    def choose_models(self, registered: list[str]) -> list[str]:
+    def choose_models(self, registered: list[str], user_model: str | None = None) -> list[str]:
+        if user_model:  # --model-file: that model, plus any --models asked for
+            return [user_model, *self.choose_models(registered)] if self.options.models \
+                else [user_model]
         if not self.options.models:
             return registered
         unknown = [name for name in self.options.models if name not in registered]

@@ -135,6 +135,17 @@ def _stock_tfx(params: dict[str, Any]) -> dict[str, Any]:
     return run(params["examples_dir"], params["work_dir"], params["training"])
 
 
+def _register_user_model(user_model: dict[str, str] | None) -> str | None:
+    """`mptfx bench --model-file`: registers the file's builder in this task's process
+    (the name is the same in every task: it derives from the file's content)."""
+    if not user_model:
+        return None
+    from models.user_module import register_user_model
+
+    return register_user_model(user_model["module_file"], user_model["builder"],
+                               user_model["task"])
+
+
 TASKS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "host": _host,
     "train_cell": _train_cell,
@@ -163,7 +174,10 @@ def main(argv: list[str]) -> int:
     with open(params_path) as f:
         params = json.load(f)
     try:
+        user_model = _register_user_model(params.pop("user_model", None))
         result = TASKS[task](params)
+        if user_model:
+            result["user_model"] = user_model
     except Exception as error:  # reported to the parent as a failed task, traceback in the log
         traceback.print_exc()
         lines = str(error).strip().splitlines()

@@ -79,6 +79,12 @@ def unregister_model(name: str) -> None:
     _MODELS.pop(name, None)
 
 
+def known_builder(name: str) -> ModelBuilder | None:
+    """The builder registered under `name`, or None."""
+    registered = _MODELS.get(name)
+    return registered.builder if registered else None
+
+
 def available_models() -> list[str]:
     """Returns the registered model names, sorted."""
     return sorted(_MODELS)
@@ -131,10 +137,12 @@ def _registered(name: str) -> RegisteredModel:
 
 def _check_params(name: str, builder: ModelBuilder, params: dict[str, object]) -> None:
     """Raises a ValueError naming any parameter the builder does not accept."""
-    signature = inspect.signature(builder)
-    accepted = [
-        p.name for p in signature.parameters.values() if p.kind is inspect.Parameter.KEYWORD_ONLY
-    ]
+    parameters = list(inspect.signature(builder).parameters.values())
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        return  # a user's `build_model(input_shape, num_classes, **params)` takes any
+    # Past (input_shape, num_classes), any parameter that can be passed by name.
+    named = (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    accepted = [p.name for p in parameters[2:] if p.kind in named]
     unknown = sorted(set(params) - set(accepted))
     if unknown:
         raise ValueError(

@@ -112,6 +112,7 @@ def _resolve_data(config: Any, workspace: Any, data_arg: str | None) -> Any:
     """What to ingest (a DataSelection): --data, else data.source, with its latest span(s);
     builtin:digits and synthetic:volumes are exported into the workspace first."""
     from components.ingest.listing import DataError, is_tfrecord_dir, scan_image_folder
+    from components.ingest.volume_source import is_volume_dir
     from pipelines.config import BUILTIN_DIGITS, SYNTHETIC_VOLUMES
     from pipelines.datasets import export_digits
     from pipelines.spans import DataSelection, select_data
@@ -134,11 +135,28 @@ def _resolve_data(config: Any, workspace: Any, data_arg: str | None) -> Any:
     try:
         selection = select_data(os.path.abspath(source), config.data.spans.window)
         for folder in selection.folders:
-            if not is_tfrecord_dir(folder):
+            if not is_tfrecord_dir(folder) and not is_volume_dir(folder):
                 scan_image_folder(folder)  # fails fast: missing, empty or single-class folder
     except (DataError, FileNotFoundError, ValueError) as error:
         raise UsageError(str(error)) from None
     return selection
+
+
+def _check_model_file(config: Any, out: TextIO) -> None:
+    """Import `model.module_file` and build its model once under the resolved policy; a
+    refusal is a UsageError (exit 2) in one line, its traceback in the log."""
+    if not config.model.module_file:
+        return
+    from components.trainer.model_check import check_configured_model
+    from models.user_module import UserModelError
+
+    try:
+        notes = check_configured_model(config)
+    except UserModelError as error:
+        logging.getLogger("mptfx").error("model file check failed", exc_info=error)
+        raise UsageError(str(error)) from None
+    for note in notes:
+        print(f"mptfx: {note}", file=out)
 
 
 def _print_summary(summary: dict[str, Any], out: TextIO) -> None:
@@ -226,6 +244,7 @@ def _run_pipeline(
     except ConfigError as error:
         raise UsageError(str(error)) from None
     workspace = Workspace(workspace_root)
+    _check_model_file(config, out)  # before anything runs: a bad model file costs seconds
     data = _resolve_data(config, workspace, args.data)
     plan = planner(config, workspace, data) if planner else RunPlan()
     run_dir = workspace.run_dir(run_id)
@@ -251,11 +270,15 @@ def _run_pipeline(
     from components import tracking
 
     tracking_store = tracking.resolve_store(config, workspace.root, out)  # exit 2 if required
+    from models.user_module import UserModelError
     from pipelines.local_runner import RunProgress, run_locally
     from pipelines.pipeline import create_pipeline
     from pipelines.summary import build_summary, collect_outputs
 
-    pipeline = create_pipeline(config, workspace, data, schema_file=plan.schema_file)
+    try:
+        pipeline = create_pipeline(config, workspace, data, schema_file=plan.schema_file)
+    except UserModelError as error:  # the model file could not be staged
+        raise UsageError(str(error)) from None
     print(f"mptfx run {run_id}: {len(pipeline.components)} components, "
           f"workspace {workspace.root}, log {log_path}", file=out)
 

@@ -87,6 +87,19 @@ class ModelSection(_Section):
     name: str = "seed_cnn"
     input_size: list[int] = Field(default_factory=lambda: [16, 16])
     params: dict[str, Any] = Field(default_factory=dict)
+    # Your own model: a Python file (local path, gs:// or s3://) defining `builder`
+    # (input_shape, num_classes, **params) -> keras.Model; replaces `name` when set.
+    module_file: str = ""
+    builder: str = Field("build_model", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    task: Literal["classification", "segmentation"] = "classification"
+
+    def resolved_task(self) -> str:
+        """The task of the model that trains: `task` for a module file, else the registry's."""
+        if self.module_file:
+            return self.task
+        from models.registry import model_task  # deferred: imports TensorFlow
+
+        return model_task(self.name)
 
     @field_validator("input_size")
     @classmethod
@@ -136,6 +149,9 @@ class TrainerSection(_Section):
     # Decode the examples once and keep them in memory when they take at most this many MB
     # (float32 after resizing); 0 = read and decode the files every epoch.
     cache_max_mb: int = Field(1024, ge=0)
+    # Under mixed_float16: "float32" keeps LSTM/GRU/SimpleRNN layers in float32 (a per-layer
+    # policy); "policy" leaves them in float16 (with a warning naming them).
+    recurrent_precision: Literal["policy", "float32"] = "policy"
     # on: when more than one precision/XLA cell is plausible here, time a few steps of each
     # on the real model and train with the fastest safe one (cached per device, model,
     # input, batch and strategy); off: the static rules.

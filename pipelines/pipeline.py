@@ -18,7 +18,8 @@ from components.ingest.listing import compute_input_fingerprint
 from components.pusher.component import AtomicPusher
 from components.tflite.component import TFLiteExport
 from components.validation.gate import DataValidationGate
-from models import SEGMENTATION, model_task
+from models import SEGMENTATION
+from models.user_module import stage_module_file
 from pipelines.config import Config
 from pipelines.spans import DataSelection
 from pipelines.workspace import Workspace
@@ -64,7 +65,7 @@ def build_eval_config(config: Config) -> tfma.EvalConfig:
 
     For a segmentation model: Dice instead (see `build_segmentation_eval_config`).
     """
-    if model_task(config.model.name) == SEGMENTATION:
+    if config.model.resolved_task() == SEGMENTATION:
         return build_segmentation_eval_config(config)
     accuracy_threshold = _gate(config.evaluator.min_accuracy, config.evaluator.max_regression)
     return _eval_config(LABEL_KEY, [
@@ -118,10 +119,29 @@ def _eval_config(label_key: str, metrics: list) -> tfma.EvalConfig:
     )
 
 
-def _trainer_custom_config(config: Config, workspace: Workspace) -> dict:
-    """The Trainer's custom_config, with the autotune cache in the workspace by default
-    (the Trainer reads nothing but its custom_config)."""
+def trainer_custom_config(config: Config, pipeline_root: str) -> dict:
+    """The Trainer's custom_config; a user's model file is staged into `pipeline_root` and
+    named there by path and sha256, so every runner imports that copy and TFX's cache keeps
+    a Trainer only while the file is unchanged.
+
+    Raises:
+        UserModelError: the model file cannot be read (a UsageError for the CLI).
+    """
     custom_config = config.trainer_custom_config()
+    if config.model.module_file:
+        staged = stage_module_file(config.model.module_file, pipeline_root)
+        custom_config["model"].update(
+            module_file=staged.path, module_sha256=staged.sha256, module_source=staged.source
+        )
+    return custom_config
+
+
+def _trainer_custom_config(config: Config, workspace: Workspace) -> dict:
+    """The Trainer's custom_config for a run in `workspace`: the model file staged in its
+    pipeline root, and the autotune cache in the workspace by default (the Trainer reads
+    nothing but its custom_config)."""
+    custom_config = trainer_custom_config(config, str(workspace.pipeline_root(
+        config.pipeline.name)))
     trainer = custom_config["trainer"]
     trainer["autotune_cache_dir"] = trainer["autotune_cache_dir"] or str(
         workspace.root / "autotune")
@@ -218,7 +238,7 @@ def create_pipeline(
         pusher,
         tflite,
     ]
-    if model_task(config.model.name) == SEGMENTATION:
+    if config.model.resolved_task() == SEGMENTATION:
         components.remove(tflite)
     return tfx.dsl.Pipeline(
         pipeline_name=config.pipeline.name,

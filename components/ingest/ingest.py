@@ -23,6 +23,7 @@ from components.ingest.reader import (
 )
 from components.ingest.sources import FolderSource, TFRecordSource
 from components.ingest.splits import SplitAssigner, parse_split_ratios
+from components.ingest.volume_source import VolumeSource, is_volume_dir
 from components.ingest.writer import SplitWriters, build_example, write_json
 
 logger = logging.getLogger(__name__)
@@ -47,6 +48,8 @@ class IngestResult:
 def _open_source(data_root: str, span_dirs: Sequence[str] = ()) -> FolderSource | TFRecordSource:
     if span_dirs:
         return FolderSource(scan_span_folders(data_root, span_dirs))
+    if is_volume_dir(data_root):  # volume/mask pairs for segmentation (volume_source.py)
+        return VolumeSource(data_root)
     if is_tfrecord_dir(data_root):
         return TFRecordSource(list_tfrecord_files(data_root))
     return FolderSource(scan_image_folder(data_root))

@@ -154,6 +154,10 @@ def run_params(summary: Mapping[str, Any], training: Mapping[str, Any]) -> dict[
         "autotune_candidates": ", ".join(_mapping(trainer.get("autotune")).get("candidates")
                                          or []) or None,
         "batch_size_reason": trainer.get("batch_size_reason"),
+        # A user's model file (model.module_file): which file and which exact content.
+        "model_file": os.path.basename(trainer["model_file"]) if trainer.get("model_file")
+        else None,
+        "model_file_sha256": trainer.get("model_file_sha256"),
     }
     params.update(_flatten("config", config))
     return {key: _text(value, _MAX_PARAM_LENGTH) for key, value in params.items()

@@ -43,7 +43,10 @@ from components.trainer.callbacks import (
 from components.trainer.lint import check_mixed_precision
 from components.trainer.optimizer import LossScaleSettings, build_optimizer, current_loss_scale
 from components.trainer.precision import (
+    apply_recurrent_precision,
     describe_devices,
+    find_recurrent_layers,
+    recurrent_precision_warning,
     resolve_precision_policy,
     resolve_xla,
 )
@@ -55,6 +58,7 @@ from components.trainer.warm_start import (
 )
 from models import CLASSIFICATION, build_model, model_task
 from models.segmentation import DiceBCELoss, DiceCoefficient
+from models.user_module import resolve_model_name
 
 if TYPE_CHECKING:  # importing TFX costs ~25 CPU seconds; run_fn only reads attributes
     from tfx import v1 as tfx
@@ -64,7 +68,9 @@ LOG_DIR = "logs"
 BACKUP_DIR = "backup"
 _DEFAULT_CONFIG: dict[str, dict[str, Any]] = {
     "data": {"channels": "auto"},
-    "model": {"name": "seed_cnn", "input_size": [16, 16], "params": {}},
+    "model": {"name": "seed_cnn", "input_size": [16, 16], "params": {}, "module_file": "",
+              "module_sha256": "", "module_source": "", "builder": "build_model",
+              "task": "classification"},
     "trainer": {
         "epochs": 15,
         "batch_size": 32,
@@ -86,6 +92,7 @@ _DEFAULT_CONFIG: dict[str, dict[str, Any]] = {
         "batch_memory_mb": 1024,
         "base_batch_size": 32,
         "batch_lr_scaling": "linear",
+        "recurrent_precision": "policy",
     },
     "export": {"serving_precision": "float32"},
 }
@@ -122,6 +129,12 @@ def _read_config(custom_config: Mapping[str, Any] | None) -> dict[str, dict[str,
             "Only float32 serving models are exported. "
             f"Received: serving_precision={serving_precision!r}"
         )
+    # A user's module file (staged in the pipeline root) is imported and registered here;
+    # everything below builds it by its registry name like any other model.
+    config["model"]["name"] = resolve_model_name(config["model"])
+    if config["model"]["module_file"]:
+        logging.info("Trainer: model %s imported from %s", config["model"]["name"],
+                     config["model"]["module_file"])
     return config
 
 
@@ -233,16 +246,25 @@ def build_training_model(
     input_shape: tuple[int, ...],
     num_classes: int,
     policy: str,
+    recurrent_precision: str = "policy",
 ) -> TrainingModel:
     """Builds the registry model under the current dtype policy, lints it, wraps it.
 
-    Call inside the strategy's scope with `policy` set as the global dtype policy.
+    Call inside the strategy's scope with `policy` set as the global dtype policy. Under
+    mixed_float16, recurrent layers are named in a warning, or kept in float32 with
+    `recurrent_precision="float32"` (see precision.apply_recurrent_precision).
 
     Raises:
         MixedPrecisionLintError: naming the layer, if the model is unsafe under `policy`.
     """
     model = build_model(model_name, input_shape, num_classes, **dict(model_params))
     check_mixed_precision(model, policy)
+    warning = recurrent_precision_warning(find_recurrent_layers(model), policy,
+                                          recurrent_precision)
+    if warning:
+        (logging.warning if warning.startswith("WARNING") else logging.info)("Trainer: %s",
+                                                                           warning)
+    apply_recurrent_precision(model, policy, recurrent_precision)
     return TrainingModel.wrap(model)
 
 
@@ -527,7 +549,7 @@ def train_and_export(fn_args: tfx.components.FnArgs) -> TrainingResult:
         with runtime.strategy.scope():
             model = probed_model or build_training_model(
                 model_config["name"], model_config["params"], task.input_shape,
-                task.num_classes, runtime.policy,
+                task.num_classes, runtime.policy, str(trainer["recurrent_precision"]),
             )
             warm_started_from = None
             if trainer["warm_start"]:
@@ -607,6 +629,13 @@ def train_and_export(fn_args: tfx.components.FnArgs) -> TrainingResult:
         "loss_scale": _loss_scale_summary(model, runtime.policy, loss_scale),
         "skipped_steps": int(sum(v or 0 for v in history.get("skipped_steps", []))),
         "lint": "passed",
+        # Read from the trained layers: what each recurrent layer really computed in.
+        "recurrent_precision": trainer["recurrent_precision"],
+        "recurrent_layers": {layer.name: layer.dtype_policy.name
+                             for layer in find_recurrent_layers(model)},
+        "model_file": model_config["module_source"] or None,
+        "model_file_staged": model_config["module_file"] or None,
+        "model_file_sha256": model_config["module_sha256"] or None,
         "warm_started_from": warm_started_from,
         "initial_weights_checksum": initial_weights_checksum,
         "final_weights_checksum": final_weights_checksum,

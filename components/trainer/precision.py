@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
+import keras
 import tensorflow as tf
 
 PRECISION_POLICIES = ("float32", "mixed_float16", "mixed_bfloat16")
@@ -179,3 +180,93 @@ def _resolve_cpu_policy(cpus: Sequence[DeviceDescription]) -> tuple[str, str]:
 
 def _format_capability(capability: tuple[int, int] | None) -> str:
     return "unknown" if capability is None else f"{capability[0]}.{capability[1]}"
+
+
+# Recurrent layers under mixed_float16: an LSTM's cell state accumulates over every time step,
+# so float16's 10-bit mantissa and 65504 range lose precision or overflow on long sequences
+# (bfloat16 has float32's range; float32 variables do not help the state).
+RECURRENT_PRECISIONS = ("policy", "float32")
+
+
+def find_recurrent_layers(model: keras.Model) -> list[keras.layers.Layer]:
+    """The recurrent layers (LSTM, GRU, SimpleRNN, any keras RNN, Bidirectional) in `model`,
+    nested models included."""
+    found = []
+    for layer in _all_layers(model):
+        if isinstance(layer, (keras.layers.RNN, keras.layers.Bidirectional)):
+            found.append(layer)
+    return found
+
+
+def recurrent_precision_warning(
+    layers: Sequence[keras.layers.Layer], policy: str, recurrent_precision: str
+) -> str | None:
+    """The warning for recurrent layers under mixed_float16 (None when there is nothing to say).
+
+    Args:
+        layers: what `find_recurrent_layers` returned.
+        policy: the resolved dtype policy name.
+        recurrent_precision: `trainer.recurrent_precision` ("policy" or "float32").
+    """
+    if policy != "mixed_float16" or not layers:
+        return None
+    names = ", ".join(f"{layer.name!r} ({type(layer).__name__})" for layer in layers)
+    if recurrent_precision == "float32":
+        return (f"recurrent layer(s) {names} kept in float32 under mixed_float16 "
+                "(trainer.recurrent_precision: float32)")
+    return (
+        f"WARNING: recurrent layer(s) {names} compute in float16 under mixed_float16: their "
+        "state loses precision or overflows over long sequences. Choose "
+        "trainer.precision: mixed_bfloat16 on hardware that has it (TPU, Ampere GPUs, CPUs "
+        "with AVX512_BF16), or trainer.recurrent_precision: float32 to keep recurrent layers "
+        "in float32 (a per-layer policy)"
+    )
+
+
+def apply_recurrent_precision(
+    model: keras.Model, policy: str, recurrent_precision: str
+) -> dict[str, str]:
+    """Gives the recurrent layers the float32 policy when asked; returns their policies.
+
+    Under mixed_float16 with `recurrent_precision="float32"`, each recurrent layer (and its
+    cells, and a Bidirectional's two layers) computes in float32: Keras casts its float16
+    inputs up and the next layer casts its output back down. Call after the lint (which
+    reads the dtypes the model was built with) and before compiling.
+
+    Returns:
+        Recurrent layer name -> its dtype policy name, as it trains (for training_summary.json).
+
+    Raises:
+        ValueError: for an unknown `recurrent_precision`.
+    """
+    if recurrent_precision not in RECURRENT_PRECISIONS:
+        raise ValueError(f"trainer.recurrent_precision must be one of "
+                         f"{list(RECURRENT_PRECISIONS)}. "
+                         f"Received: recurrent_precision={recurrent_precision!r}")
+    layers = find_recurrent_layers(model)
+    if policy == "mixed_float16" and recurrent_precision == "float32":
+        for layer in layers:
+            for part in _recurrent_parts(layer):
+                part.dtype_policy = "float32"
+    return {layer.name: layer.dtype_policy.name for layer in layers}
+
+
+def _recurrent_parts(layer: keras.layers.Layer) -> list[keras.layers.Layer]:
+    """A recurrent layer with everything that computes inside it: cells, wrapped layers."""
+    parts = [layer]
+    for attribute in ("forward_layer", "backward_layer", "cell"):
+        inner = getattr(layer, attribute, None)
+        if isinstance(inner, keras.layers.Layer):
+            parts.extend(_recurrent_parts(inner))
+    for cell in getattr(layer, "cells", None) or []:  # StackedRNNCells
+        parts.extend(_recurrent_parts(cell))
+    return parts
+
+
+def _all_layers(model: keras.Model) -> list[keras.layers.Layer]:
+    layers = []
+    for layer in model.layers:
+        layers.append(layer)
+        if isinstance(layer, keras.Model):
+            layers.extend(_all_layers(layer))
+    return layers

@@ -1,0 +1,206 @@
+"""Volumes from the user: a folder of volume/mask pairs for segmentation models.
+
+Layout (one sub-folder per kind of object, like image folders; the kind is the `label`
+the Evaluator slices Dice by):
+
+    volumes/
+      liver/
+        case001.nii.gz        a volume: 3D [D, H, W] (or [D, H, W, 1]), any numeric dtype
+        case001_mask.nii.gz   its mask, same shape: 0 = background, anything else = object
+        case002.npy           NumPy arrays work the same way ...
+        case002_mask.npy
+        case003.npz           ... or one .npz holding both, as arrays `volume` and `mask`
+
+NIfTI (`.nii`, `.nii.gz`) is read with nibabel in the file's voxel order (no reorientation).
+Each volume is scaled to 0-255 by its own min/max and written as the synthetic volumes
+are (pipelines/volumes.py): a PNG of the D slices stacked vertically, `depth`, and the
+D*H*W mask voxels. A pair that cannot be used -- a missing mask, an unreadable file,
+shapes that differ, not 3D, too many voxels, a side under 8 -- is quarantined with its
+reason, like a corrupt image; splits are by the volume's relative path hash.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import tensorflow as tf
+
+from components.ingest.errors import DataError
+from components.ingest.reader import ImagePolicy
+from components.ingest.sources import SourceItem
+
+VOLUME_SUFFIXES = (".nii.gz", ".nii", ".npz", ".npy")
+MASK_SUFFIX = "_mask"
+# 256^3 voxels (64 MB as uint8): far above what a CPU trains on, small enough to decode.
+MAX_VOXELS = 256**3
+MAX_FILE_BYTES = 1 << 30
+MIN_SIDE = 8
+
+
+def _split_name(name: str) -> tuple[str, str] | None:
+    """`case001.nii.gz` -> ("case001", ".nii.gz"); None for other files."""
+    for suffix in VOLUME_SUFFIXES:
+        if name.endswith(suffix) and len(name) > len(suffix):
+            return name[: -len(suffix)], suffix
+    return None
+
+
+def is_volume_dir(root: str | os.PathLike) -> bool:
+    """True when `root`'s class folders hold volume files (`.nii[.gz]`, `.npy`, `.npz`)."""
+    path = Path(root)
+    if not path.is_dir():
+        return False
+    for class_dir in path.iterdir():
+        if class_dir.is_dir() and not class_dir.name.startswith("."):
+            if any(_split_name(f.name) for f in class_dir.iterdir() if f.is_file()):
+                return True
+    return False
+
+
+def _read_array(path: Path, suffix: str, key: str = "volume") -> np.ndarray:
+    if path.stat().st_size > MAX_FILE_BYTES:
+        raise ValueError(f"file is larger than {MAX_FILE_BYTES >> 20} MB")
+    if suffix in (".nii", ".nii.gz"):
+        import nibabel
+
+        return np.asarray(nibabel.load(str(path)).dataobj)
+    if suffix == ".npz":
+        with np.load(path, allow_pickle=False) as arrays:
+            if key not in arrays:
+                raise ValueError(f"has no array {key!r} (found {sorted(arrays.files)})")
+            return arrays[key]
+    return np.load(path, allow_pickle=False)
+
+
+def _check_pair(volume: np.ndarray, mask: np.ndarray) -> str | None:
+    """Why a volume/mask pair cannot be used, or None."""
+    if volume.ndim == 4 and volume.shape[-1] == 1:
+        volume = volume[..., 0]
+    if mask.ndim == 4 and mask.shape[-1] == 1:
+        mask = mask[..., 0]
+    if volume.ndim != 3:
+        return f"volume must be 3D [D, H, W]. Received: shape={volume.shape}"
+    if mask.shape != volume.shape:
+        return f"mask shape {mask.shape} differs from volume shape {volume.shape}"
+    if volume.size > MAX_VOXELS:
+        return f"{volume.size} voxels > {MAX_VOXELS} allowed. Received: shape={volume.shape}"
+    if min(volume.shape) < MIN_SIDE:
+        return f"every side must be >= {MIN_SIDE} voxels. Received: shape={volume.shape}"
+    if not np.issubdtype(volume.dtype, np.number) or not np.isfinite(volume).all():
+        return f"volume must be finite numbers. Received: dtype={volume.dtype}"
+    return None
+
+
+def _to_uint8(volume: np.ndarray) -> np.ndarray:
+    """Scales one volume's intensities to 0-255 by its own min and max."""
+    volume = volume.astype(np.float64)
+    low, high = float(volume.min()), float(volume.max())
+    if high <= low:
+        return np.zeros(volume.shape, np.uint8)
+    return np.round((volume - low) / (high - low) * 255.0).astype(np.uint8)
+
+
+def _png(slices: np.ndarray) -> bytes:
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.fromarray(slices, mode="L").save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+class VolumeSource:
+    """Volume/mask pairs under class folders, offered to the ingest like images.
+
+    Every pair is read once here; the PNG of its stacked slices goes through the same
+    decode pipeline as an image, the `depth` and `mask` features ride along in each item's
+    example.
+    """
+
+    def __init__(self, root: str | os.PathLike):
+        self.root = Path(root)
+        self.description = f"volume folder {self.root}"
+        classes = sorted(d.name for d in self.root.iterdir()
+                         if d.is_dir() and not d.name.startswith("."))
+        self.label_names = [name for name in classes
+                            if any(_split_name(f.name) for f in (self.root / name).iterdir())]
+        if not self.label_names:
+            raise DataError(f"volume folder {self.root} has no class folder with volumes "
+                            f"({', '.join(VOLUME_SUFFIXES)})")
+        self._items: list[SourceItem] = []
+        self._pngs: list[bytes] = []
+        for label, name in enumerate(self.label_names):
+            for item, png in self._class_items(label, name):
+                self._items.append(item)
+                self._pngs.append(png)
+        if not self._items:
+            raise DataError(f"volume folder {self.root} holds no volumes")
+
+    def _class_items(self, label: int, name: str) -> Iterator[tuple[SourceItem, bytes]]:
+        folder = self.root / name
+        files = {f.name: f for f in folder.iterdir() if f.is_file() and not
+                 f.name.startswith(".")}
+        for file_name in sorted(files):
+            parts = _split_name(file_name)
+            if parts is None or (parts[0].endswith(MASK_SUFFIX) and parts[1] != ".npz"):
+                continue
+            stem, suffix = parts
+            relative = f"{name}/{file_name}"
+            problem, example, png = self._read_pair(files, file_name, stem, suffix)
+            if example is not None:
+                _set_int(example, "label", [label])
+            yield SourceItem(path=relative, split_key=relative, filename=relative,
+                             label=label, label_name=name, problem=problem,
+                             example=example), png
+
+    def _read_pair(self, files: dict[str, Path], file_name: str, stem: str,
+                   suffix: str) -> tuple[str | None, tf.train.Example | None, bytes]:
+        """(problem, example with depth and mask, PNG) for one volume file."""
+        try:
+            volume = _read_array(files[file_name], suffix, "volume")
+            if suffix == ".npz":
+                mask = _read_array(files[file_name], suffix, "mask")
+            else:
+                mask_name = f"{stem}{MASK_SUFFIX}{suffix}"
+                if mask_name not in files:
+                    return f"no mask {mask_name} beside it", None, b""
+                mask = _read_array(files[mask_name], suffix)
+        except Exception as error:  # any reader's failure quarantines the pair, named
+            reason = str(error).strip().splitlines()
+            return f"unreadable: {type(error).__name__}: {reason[0] if reason else ''}", None, b""
+        problem = _check_pair(volume, mask)
+        if problem:
+            return problem, None, b""
+        volume = volume.reshape(volume.shape[:3])
+        depth, height, width = volume.shape
+        mask = (mask.reshape(volume.shape) != 0).astype(np.int64)
+        example = tf.train.Example()
+        _set_int(example, "depth", [depth])
+        _set_int(example, "mask", mask.reshape(-1).tolist())
+        return None, example, _png(_to_uint8(volume).reshape(depth * height, width))
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def dataset(self) -> tf.data.Dataset:
+        """`(index, PNG bytes)` of the stacked slices (empty bytes for quarantined pairs)."""
+        return tf.data.Dataset.from_tensor_slices(
+            (np.arange(len(self._pngs), dtype=np.int64), np.array(self._pngs, dtype=object))
+        )
+
+    def items(self) -> Iterator[SourceItem]:
+        """One item per volume file, in index order."""
+        yield from self._items
+
+    def describe_failure(self, item: SourceItem, policy: ImagePolicy) -> str:
+        """Why the slices of `item` did not decode (its checks passed, so rarely)."""
+        return f"its {policy.channels}-channel slices did not decode"
+
+
+def _set_int(example: tf.train.Example, name: str, values: list[int]) -> None:
+    feature = example.features.feature[name]
+    feature.Clear()
+    feature.int64_list.value.extend(values)

@@ -1,0 +1,109 @@
+"""End to end with a user's model file: the real `mptfx run` on the digits (8x8, a few
+epochs) with examples/my_model.py (a custom layer done right) under mixed_bfloat16 and
+mixed_float16 forced, and an LSTM under mixed_float16 with its recurrent layers in float32.
+
+mixed_float16 has no fast kernels on a CPU, so each run is kept to the fewest epochs that
+still bless (evaluator.min_accuracy 0.9 stays as it is).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.e2e
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLE = REPO / "examples" / "my_model.py"
+LSTM_FILE = REPO / "tests" / "data" / "user_models" / "lstm_rows.py"
+TINY = ["--set", "model.input_size=[8,8]", "--set", "tflite.variants=[fp32]"]
+
+
+def _run(mptfx, workspace: Path, *settings: str):
+    sets = [arg for setting in settings for arg in ("--set", setting)]
+    # float16 on a CPU has no fast kernels: allow a busy CI machine the time it takes.
+    result = mptfx("run", "--workspace", str(workspace), *TINY, *sets, "--json", timeout=1800)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result
+
+
+@pytest.fixture(scope="module")
+def bfloat16_run(mptfx, tmp_path_factory):
+    workspace = tmp_path_factory.mktemp("bf16")
+    return workspace, _run(mptfx, workspace, f"model.module_file={EXAMPLE}",
+                           "trainer.precision=mixed_bfloat16", "trainer.epochs=8")
+
+
+@pytest.fixture(scope="module")
+def float16_run(mptfx, tmp_path_factory):
+    workspace = tmp_path_factory.mktemp("fp16")
+    return workspace, _run(mptfx, workspace, f"model.module_file={EXAMPLE}",
+                           "trainer.precision=mixed_float16", "trainer.epochs=6",
+                           "tracking.register_model=false")
+
+
+def _assert_blessed_exported_and_converted(summary: dict, policy: str) -> None:
+    assert summary["status"] == "completed"
+    assert summary["trainer"]["precision"] == policy
+    assert summary["trainer"]["lint"] == "passed"
+    assert summary["eval"]["blessed"] is True and summary["eval"]["accuracy"] >= 0.9
+    assert summary["pushed"]["pushed"] is True
+    assert Path(summary["pushed"]["path"], "saved_model.pb").exists()
+    fp32 = summary["tflite"]["fp32"]
+    assert fp32["published"] is True and fp32["agreement"] >= 0.995
+    assert Path(fp32["path"]).stat().st_size > 0
+
+
+def test_custom_layer_model_trains_blessed_and_converts_under_bfloat16(bfloat16_run):
+    _assert_blessed_exported_and_converted(bfloat16_run[1].summary, "mixed_bfloat16")
+
+
+def test_custom_layer_model_trains_blessed_and_converts_under_float16(float16_run):
+    summary = float16_run[1].summary
+    _assert_blessed_exported_and_converted(summary, "mixed_float16")
+    assert summary["trainer"]["loss_scale"]["dynamic"] is True  # float16 trains loss-scaled
+
+
+def test_trainer_imported_the_staged_copy_of_the_file(bfloat16_run):
+    workspace, result = bfloat16_run
+    trainer = result.summary["trainer"]
+    digest = hashlib.sha256(EXAMPLE.read_bytes()).hexdigest()
+    assert trainer["model_file"] == str(EXAMPLE)
+    assert trainer["model_file_sha256"] == digest
+    staged = Path(trainer["model_file_staged"])
+    assert staged == workspace / "tfx" / "mptfx-digits" / "user_models" / digest[:16] / \
+        "my_model.py"
+    assert staged.read_bytes() == EXAMPLE.read_bytes()
+
+
+def test_mlflow_run_records_the_model_file_name_and_hash(bfloat16_run):
+    import mlflow
+
+    recorded = bfloat16_run[1].summary["mlflow"]
+    client = mlflow.tracking.MlflowClient(recorded["tracking_uri"])
+    params = client.get_run(recorded["run_id"]).data.params
+    assert params["model_file"] == "my_model.py"
+    assert params["model_file_sha256"] == hashlib.sha256(EXAMPLE.read_bytes()).hexdigest()
+
+
+def test_unchanged_model_file_reuses_the_cached_trainer(mptfx, bfloat16_run):
+    workspace, _ = bfloat16_run
+    again = _run(mptfx, workspace, f"model.module_file={EXAMPLE}",
+                 "trainer.precision=mixed_bfloat16", "trainer.epochs=8")
+    assert again.summary["components"]["Trainer"]["status"] == "cached"
+
+
+def test_lstm_trains_with_its_recurrent_layers_in_float32(mptfx, tmp_path):
+    result = _run(mptfx, tmp_path / "lstm", f"model.module_file={LSTM_FILE}",
+                  "model.params.units=16", "trainer.precision=mixed_float16",
+                  "data.builtin_per_class=40",  # 400 digits: the dtypes are the point here
+                  "trainer.recurrent_precision=float32", "trainer.epochs=2",
+                  "tracking.register_model=false")
+    trainer = result.summary["trainer"]
+    assert trainer["precision"] == "mixed_float16"
+    assert trainer["recurrent_precision"] == "float32"
+    # Read from the trained model's layers by the Trainer.
+    assert trainer["recurrent_layers"] == {"rows_lstm": "float32"}
+    assert "'rows_lstm' (LSTM) kept in float32 under mixed_float16" in result.stderr

@@ -1,0 +1,74 @@
+"""`mptfx run` refuses a bad model file before anything runs: exit 2, one line naming the
+file, the layer and the fix, the traceback in the run's log, and no Ingest output.
+
+Each case is the real `mptfx run` on a file under tests/data/user_models/, with
+`trainer.precision=mixed_float16` forced (the policy that catches the most mistakes).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.e2e
+
+MODELS = REPO / "tests" / "data" / "user_models"
+
+# file -> what the one line must say besides the file (the layer, the cause, the fix).
+REFUSALS = {
+    "does_not_import.py": ["does not import", "ImportError", "MultiHeadAtention"],
+    "no_builder.py": ["'build_model' (model.builder) is missing",
+                      "def build_model(input_shape, num_classes, **params)"],
+    "not_a_model.py": ["build_model() returned keras.src.layers.core.dense.Dense",
+                       "not a keras.Model"],
+    "float16_output.py": ["Layer 'head' (Dense)", "output in float16 under mixed_float16",
+                          'dtype="float32"'],
+    "float32_constant.py": ["layer 'add_bias' (AddBias) fails under mixed_float16",
+                            "dtype float16", "ops.cast(x, self.compute_dtype)"],
+}
+
+
+@pytest.mark.parametrize("file_name", sorted(REFUSALS))
+def test_bad_model_file_is_refused_before_the_ingest(mptfx, tmp_path, file_name):
+    model_file = MODELS / file_name
+    workspace = tmp_path / "ws"
+    result = mptfx("run", "--workspace", str(workspace),
+                   "--set", f"model.module_file={model_file}",
+                   "--set", "trainer.precision=mixed_float16")
+    assert result.returncode == 2, result.stderr[-2000:]
+    errors = [line for line in result.stderr.splitlines() if line.startswith("mptfx: error:")]
+    assert len(errors) == 1, result.stderr[-2000:]
+    line = errors[0]
+    assert f"model.module_file {model_file}" in line
+    for expected in REFUSALS[file_name]:
+        assert expected in line, line
+    # Nothing ran: no pipeline root, no Ingest output, no exported digits, no MLflow run.
+    assert not (workspace / "tfx").exists()
+    assert not list(workspace.rglob("Ingest"))
+    assert not (workspace / "data").exists() and not (workspace / "mlflow.db").exists()
+    logs = list(workspace.glob("runs/*/pipeline.log"))
+    assert len(logs) == 1 and "Traceback (most recent call last)" in logs[0].read_text()
+
+
+def test_custom_layer_done_right_passes_the_same_check(tmp_path):
+    """The README's example file passes the check that refuses the files above, under every
+    policy (the check itself, without a pipeline run)."""
+    from components.trainer.model_check import check_model_file
+
+    for policy in ("float32", "mixed_float16", "mixed_bfloat16"):
+        notes = check_model_file(str(REPO / "examples" / "my_model.py"), "build_model",
+                                 "classification", {"units": 8}, (8, 8, 1), policy)
+        assert notes == []
+
+
+def test_missing_model_file_is_refused_naming_it(mptfx, tmp_path):
+    missing = tmp_path / "nowhere" / "model.py"
+    result = mptfx("run", "--workspace", str(tmp_path / "ws"),
+                   "--set", f"model.module_file={missing}")
+    assert result.returncode == 2
+    assert f"mptfx: error: model.module_file {missing}: cannot read it" in result.stderr
+    assert not (tmp_path / "ws" / "tfx").exists()
+
