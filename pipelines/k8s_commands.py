@@ -72,7 +72,7 @@ def compile_for_kubernetes(config: Any, run_id: str, data_arg: str | None,
     fingerprint is not the real one.
     """
     from pipelines.cli import _resolve_data
-    from pipelines.kubernetes_runner import prepare_ir
+    from pipelines.kubernetes.ir import prepare_ir
     from pipelines.local_runner import compile_pipeline
     from pipelines.pipeline import create_pipeline
     from pipelines.spans import DataSelection
@@ -136,7 +136,8 @@ def _write_run_objects(config: Any, run_id: str, ir: Any, out_dir: Path, out: An
     import yaml
     from google.protobuf import json_format
 
-    from pipelines.kubernetes_runner import ir_uri, plan_nodes, run_objects
+    from pipelines.kubernetes.ir import ir_uri, plan_nodes
+    from pipelines.kubernetes.manifests import run_objects
 
     root = ir.runtime_spec.pipeline_root.field_value.string_value
     plan = plan_nodes(ir, config)
@@ -151,14 +152,9 @@ def _write_run_objects(config: Any, run_id: str, ir: Any, out_dir: Path, out: An
 
 def _command_submit(args: argparse.Namespace) -> int:
     from pipelines.cli import _library_output_to, _new_run_id, _quiet_tensorflow
-    from pipelines.kubernetes_runner import (
-        KubernetesRunner,
-        config_map,
-        driver_job,
-        ir_uri,
-        plan_nodes,
-        store_ir,
-    )
+    from pipelines.kubernetes.driver import KubernetesRunner
+    from pipelines.kubernetes.ir import ir_uri, plan_nodes, store_ir
+    from pipelines.kubernetes.manifests import config_map, driver_job
 
     _quiet_tensorflow()
     config = _load_config(args)
@@ -169,10 +165,10 @@ def _command_submit(args: argparse.Namespace) -> int:
         import yaml
 
         runner = KubernetesRunner(config, batch, core, custom)
-        runner._create_object(config_map(config, run_id,
+        runner.create_object(config_map(config, run_id,
                                          yaml.safe_dump(config.model_dump(), sort_keys=False)))
         job = driver_job(config, run_id)
-        runner._create_object(job)
+        runner.create_object(job)
         print(f"mptfx k8s submit {run_id}: driver Job {job['metadata']['name']} created in "
               f"namespace {namespace}; watch it with: mptfx k8s status {run_id}")
         return EXIT_OK
@@ -229,7 +225,7 @@ def _print_report(report: Any, out: Any) -> None:
 
 
 def _command_status(args: argparse.Namespace) -> int:
-    from pipelines.kubernetes_runner import run_status
+    from pipelines.kubernetes.status import run_status
 
     namespace = args.namespace or _load_config(args).kubernetes.namespace
     batch, _, _ = make_clients(args.in_cluster, args.context)
@@ -247,7 +243,7 @@ def _command_status(args: argparse.Namespace) -> int:
 
 
 def _command_logs(args: argparse.Namespace) -> int:
-    from pipelines.kubernetes_runner import node_logs
+    from pipelines.kubernetes.status import node_logs
 
     namespace = args.namespace or _load_config(args).kubernetes.namespace
     batch, core, _ = make_clients(args.in_cluster, args.context)

@@ -114,7 +114,7 @@ def _run_lock(args: argparse.Namespace, workspace_root: Path) -> Any:
     if args.lock == "file":
         return RunLock(workspace_root / "retrain.lock")
     from pipelines.config import ConfigError, load_config
-    from pipelines.node_entrypoint import PASSWORD_ENV
+    from pipelines.pod_env import PASSWORD_ENV
 
     try:
         config = load_config(args.config, args.set or [])

@@ -174,7 +174,8 @@ def _connection(postgres: dict):
 
 def _submit(config, ir, run_id, cluster, tmp: Path, plan=None):
     """What `mptfx k8s submit` does after compiling: store the IR, run the plan."""
-    from pipelines.kubernetes_runner import KubernetesRunner, ir_uri, plan_nodes, store_ir
+    from pipelines.kubernetes.driver import KubernetesRunner
+    from pipelines.kubernetes.ir import ir_uri, plan_nodes, store_ir
 
     root = ir.runtime_spec.pipeline_root.field_value.string_value
     location = ir_uri(root, run_id)
@@ -336,7 +337,7 @@ def test_two_trainer_workers_train_together_and_only_the_chief_publishes(replay,
 
     from pipelines.config import load_config
     from pipelines.k8s_commands import compile_for_kubernetes
-    from pipelines.kubernetes_runner import NodePlan
+    from pipelines.kubernetes.ir import NodePlan
     from pipelines.summary import collect_outputs
 
     tmp = replay["tmp"] / "multi-worker"

@@ -33,7 +33,7 @@ def compiled(tmp_path_factory):
 
 
 def test_the_plan_is_the_pipelines_dag_in_topological_order(compiled):
-    from pipelines.kubernetes_runner import plan_nodes
+    from pipelines.kubernetes.ir import plan_nodes
 
     config, pipeline, ir, note = compiled
     plan = plan_nodes(ir, config)
@@ -196,3 +196,24 @@ def test_submit_driver_job_creates_the_config_and_the_driver(monkeypatch, tmp_pa
     assert driver["containers"][0]["command"][:5] == ["mptfx", "k8s", "submit", "--in-cluster",
                                                       "--run-id"]
     assert "mptfx k8s status r5" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("tf_config", ['{"cluster": {"worker": ["a:1"]', '["worker"]',
+                                       '{"task": {"type": "worker", "index": "x"}}'])
+def test_a_malformed_tf_config_is_one_line_and_exit_2_in_the_pod(compiled, tmp_path,
+                                                                  tf_config):
+    import os
+    import subprocess
+    import sys
+
+    _, _, ir, _ = compiled
+    ir_path = tmp_path / "pipeline.json"
+    ir_path.write_text(_ir_json(ir))
+    result = subprocess.run(
+        [sys.executable, "-m", "pipelines.node_entrypoint", "--ir", str(ir_path),
+         "--node", "Trainer"], cwd=REPO, capture_output=True, text=True, timeout=120,
+        env={**os.environ, "TF_CONFIG": tf_config})
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("mptfx node: error: TF_CONFIG"), lines
+    assert "Traceback" not in result.stderr

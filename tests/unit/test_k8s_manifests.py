@@ -17,7 +17,8 @@ import pytest
 import yaml
 
 from pipelines.config import load_config
-from pipelines.kubernetes_runner import NodePlan, config_map, driver_job, node_objects
+from pipelines.kubernetes.ir import NodePlan
+from pipelines.kubernetes.manifests import config_map, driver_job, node_objects
 
 REPO = Path(__file__).resolve().parents[2]
 TOOLS = Path(os.environ.get("MPTFX_TOOLS_VENV", REPO / ".venv-tools")) / "bin"

@@ -13,14 +13,11 @@ from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
 from pipelines.config import Config
-from pipelines.kubernetes_runner import (
-    KubernetesError,
-    KubernetesRunner,
-    NodePlan,
-    job_name,
-    node_logs,
-    run_status,
-)
+from pipelines.kubernetes.api import KubernetesError
+from pipelines.kubernetes.driver import KubernetesRunner
+from pipelines.kubernetes.ir import NodePlan
+from pipelines.kubernetes.manifests import job_name
+from pipelines.kubernetes.status import node_logs, run_status
 
 _DESERIALIZE = ApiClient()._ApiClient__deserialize  # the client's own dict -> model mapping
 
