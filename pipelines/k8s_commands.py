@@ -227,9 +227,10 @@ def _print_report(report: Any, out: Any) -> None:
 def _command_status(args: argparse.Namespace) -> int:
     from pipelines.kubernetes.status import run_status
 
-    namespace = args.namespace or _load_config(args).kubernetes.namespace
-    batch, _, _ = make_clients(args.in_cluster, args.context)
-    rows = run_status(batch, namespace, args.run_id)
+    config = _load_config(args)
+    namespace = args.namespace or config.kubernetes.namespace
+    batch, _, custom = make_clients(args.in_cluster, args.context)
+    rows = run_status(batch, namespace, args.run_id, _tfjob_api(config, custom))
     if args.json:
         print(json.dumps(rows, indent=2, default=str))
         return EXIT_OK
@@ -245,12 +246,20 @@ def _command_status(args: argparse.Namespace) -> int:
 def _command_logs(args: argparse.Namespace) -> int:
     from pipelines.kubernetes.status import node_logs
 
-    namespace = args.namespace or _load_config(args).kubernetes.namespace
-    batch, core, _ = make_clients(args.in_cluster, args.context)
-    for pod, text in node_logs(batch, core, namespace, args.run_id, args.node):
+    config = _load_config(args)
+    namespace = args.namespace or config.kubernetes.namespace
+    batch, core, custom = make_clients(args.in_cluster, args.context)
+    for pod, text in node_logs(batch, core, namespace, args.run_id, args.node,
+                               _tfjob_api(config, custom)):
         for line in (text or "").splitlines():
             print(f"[{pod}] {line}")
     return EXIT_OK
+
+
+def _tfjob_api(config: Any, custom: Any) -> Any:
+    """CustomObjectsApi when the run's Trainer is a TFJob (listing TFJobs needs the CRD)."""
+    trainer = config.kubernetes.trainer
+    return custom if trainer.use_tfjob and trainer.workers > 1 else None
 
 
 def _add_config_arguments(parser: argparse.ArgumentParser) -> None:

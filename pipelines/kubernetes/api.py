@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from pipelines.errors import UsageError
 
@@ -65,3 +66,16 @@ def api_call(action: str, target: str, namespace: str) -> Iterator[None]:
     except (ApiException, HTTPError, OSError) as error:
         raise KubernetesError(describe_api_error(error, action, target, namespace)) from None
 
+
+
+
+def read_json(method: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
+    """Call a client read/list method and return the object as the server sent it (a dict).
+
+    The client is 26.1 (TFX 1.16 pins kubernetes<27), whose models follow the 1.26 API: there
+    every podFailurePolicy rule carried `onPodConditions`, which 1.27+ servers omit on an
+    `onExitCodes` rule, and the models refuse such a Job when they deserialise it. Reading
+    the JSON skips that out-of-date model layer; the server has validated the object.
+    """
+    response = method(*args, _preload_content=False, **kwargs)
+    return json.loads(response.data)

@@ -9,18 +9,21 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
-from pipelines.kubernetes.api import KubernetesError, api_call
+from pipelines.kubernetes.api import KubernetesError, api_call, read_json
 from pipelines.kubernetes.ir import NodePlan
 from pipelines.kubernetes.manifests import (
-    LABEL_ATTEMPT,
-    LABEL_NODE,
-    LABEL_RUN,
     TFJOB_GROUP,
     TFJOB_PLURAL,
     TFJOB_VERSION,
     node_objects,
 )
-from pipelines.kubernetes.status import NodeStatus, RunReport, job_seconds, job_state, tfjob_state
+from pipelines.kubernetes.status import (
+    NodeStatus,
+    RunReport,
+    job_state,
+    run_objects_in_cluster,
+    tfjob_state,
+)
 
 
 class KubernetesRunner:
@@ -112,7 +115,10 @@ class KubernetesRunner:
         kind, name = body["kind"], body["metadata"]["name"]
         with api_call("create", f"{kind} {name}", self._namespace):
             if kind == "Job":
-                self._batch.create_namespaced_job(namespace=self._namespace, body=body)
+                # The reply is not read: the 26.1 models cannot hold a podFailurePolicy rule
+                # as 1.27+ servers send it (see api.read_json).
+                self._batch.create_namespaced_job(namespace=self._namespace, body=body,
+                                                  _preload_content=False)
             elif kind == "Service":
                 self._core.create_namespaced_service(namespace=self._namespace, body=body)
             elif kind == "ConfigMap":
@@ -128,9 +134,7 @@ class KubernetesRunner:
     # -- watching ---------------------------------------------------------------------------
 
     def _poll(self, node: NodePlan, status: NodeStatus) -> None:
-        tfjob_mode = node.is_trainer and self._k8s.trainer.workers > 1 and \
-            self._k8s.trainer.use_tfjob
-        if tfjob_mode:
+        if node.is_trainer and self._uses_tfjob:
             with api_call("read", f"TFJob {status.job}", self._namespace):
                 obj = self._custom.get_namespaced_custom_object(
                     TFJOB_GROUP, TFJOB_VERSION, self._namespace, TFJOB_PLURAL, status.job)
@@ -140,9 +144,10 @@ class KubernetesRunner:
             selector = f"training.kubeflow.org/job-name={status.job}"
         else:
             with api_call("read", f"Job {status.job}", self._namespace):
-                job = self._batch.read_namespaced_job_status(status.job, self._namespace)
+                job = read_json(self._batch.read_namespaced_job_status, status.job,
+                                self._namespace)
             state, reason = job_state(job)
-            failures = int(job.status.failed or 0) if job.status else 0
+            failures = int((job.get("status") or {}).get("failed") or 0)
             selector = f"job-name={status.job}"
         self._stream_logs(node.node_id, selector)
         if state == "running" and failures > status.retries:
@@ -219,37 +224,34 @@ class KubernetesRunner:
     # -- resume -----------------------------------------------------------------------------
 
     def _adopt_existing(self, run_id: str, plan: list[NodePlan], report: RunReport) -> None:
-        """Take over what a previous driver of this run created."""
-        with api_call("list", f"Jobs of run {run_id}", self._namespace):
-            jobs = self._batch.list_namespaced_job(
-                self._namespace, label_selector=f"{LABEL_RUN}={run_id}").items
-        latest: dict[str, Any] = {}
-        for job in jobs:
-            labels = job.metadata.labels or {}
-            node_id = labels.get(LABEL_NODE)
-            if node_id not in report.nodes:
-                continue
-            attempt = int(labels.get(LABEL_ATTEMPT, "1"))
-            if node_id not in latest or attempt > int(
-                    latest[node_id].metadata.labels.get(LABEL_ATTEMPT, "1")):
-                latest[node_id] = job
+        """Take over what a previous driver of this run created: its Jobs, and its TFJob
+        when the Trainer runs as one (listed through CustomObjectsApi)."""
+        if self._uses_tfjob and self._custom is None:
+            raise KubernetesError("kubernetes.trainer.use_tfjob needs CustomObjectsApi")
+        latest = run_objects_in_cluster(self._batch, self._namespace, run_id,
+                                        self._custom if self._uses_tfjob else None)
         for node in plan:
-            job = latest.get(node.node_id)
-            if job is None:
+            found = latest.get(node.node_id)
+            if found is None:
                 continue
             status = report.nodes[node.node_id]
-            status.attempt = int(job.metadata.labels.get(LABEL_ATTEMPT, "1"))
-            status.job = job.metadata.name
-            state, reason = job_state(job)
-            if state == "succeeded":
+            status.attempt = found.attempt
+            status.job = found.name
+            if found.state == "succeeded":
                 status.state = "succeeded"
-                status.seconds = job_seconds(job)
-                self._say(f"  = {node.node_id} already succeeded (Job {status.job})")
-            elif state == "running":
+                status.seconds = found.seconds
+                self._say(f"  = {node.node_id} already succeeded ({found.kind} {status.job})")
+            elif found.state == "running":
                 status.state = "running"
-                status.started = self._clock() - (job_seconds(job) or 0.0)
-                self._say(f"  ~ {node.node_id} still running (Job {status.job}); watching it")
+                status.retries = found.retries
+                status.started = self._clock() - (found.seconds or 0.0)
+                self._say(f"  ~ {node.node_id} still running ({found.kind} {status.job}); "
+                          f"watching it")
             else:
-                self._say(f"  ~ {node.node_id} failed before ({reason or 'Failed'}); "
+                self._say(f"  ~ {node.node_id} failed before ({found.reason or 'Failed'}); "
                           f"running it again")
 
+    @property
+    def _uses_tfjob(self) -> bool:
+        trainer = self._k8s.trainer
+        return trainer.use_tfjob and trainer.workers > 1

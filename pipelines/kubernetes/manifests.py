@@ -7,6 +7,7 @@ import hashlib
 import re
 from typing import Any
 
+from pipelines.errors import EXIT_USAGE
 from pipelines.kubernetes.ir import NodePlan
 from pipelines.pod_env import PASSWORD_ENV
 
@@ -129,6 +130,18 @@ def _pod_spec(config: Any, pool_name: str, container: dict[str, Any],
     return spec
 
 
+def pod_failure_policy(container: str) -> dict[str, Any]:
+    """Exit code 2 (a usage or configuration error: the same on every attempt) fails the Job
+    at once; a pod evicted or preempted (DisruptionTarget) is retried without counting
+    against backoffLimit; every other failure (a crash, OOM) counts and retries."""
+    return {"rules": [
+        {"action": "FailJob",
+         "onExitCodes": {"containerName": container, "operator": "In", "values": [EXIT_USAGE]}},
+        {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget",
+                                                  "status": "True"}]},
+    ]}
+
+
 def _node_command(ir_location: str, node_id: str) -> list[str]:
     return ["python", "-m", "pipelines.node_entrypoint", "--ir", ir_location, "--node", node_id]
 
@@ -163,6 +176,7 @@ def _job(config: Any, run_id: str, node: NodePlan, plan: list[NodePlan], attempt
         },
         "spec": {
             "backoffLimit": k8s.backoff_limit,
+            "podFailurePolicy": pod_failure_policy(CONTAINER_NAME),  # needs restartPolicy Never
             "activeDeadlineSeconds": k8s.active_deadline_seconds,
             "ttlSecondsAfterFinished": k8s.ttl_seconds_after_finished,
             **(extra_spec or {}),
@@ -224,6 +238,8 @@ def tfjob(config: Any, run_id: str, node: NodePlan, plan: list[NodePlan], ir_loc
     template = job["spec"]["template"]
     template["spec"]["containers"][0]["name"] = TFJOB_CONTAINER_NAME
     del template["spec"]["restartPolicy"]  # the replica spec's restartPolicy governs
+    # TFJobs know no podFailurePolicy; "ExitCode" is the Training Operator's equivalent: exit
+    # codes 1-127 (our 1 and 2) fail the replica for good, 128-255 (killed, OOM) restart it.
     return {
         "apiVersion": f"{TFJOB_GROUP}/{TFJOB_VERSION}",
         "kind": "TFJob",
@@ -238,7 +254,7 @@ def tfjob(config: Any, run_id: str, node: NodePlan, plan: list[NodePlan], ir_loc
             "tfReplicaSpecs": {
                 "Worker": {
                     "replicas": k8s.trainer.workers,
-                    "restartPolicy": "OnFailure",
+                    "restartPolicy": "ExitCode",
                     "template": template,
                 },
             },
@@ -282,6 +298,7 @@ def driver_job(config: Any, run_id: str) -> dict[str, Any]:
         "metadata": {"name": name, "namespace": k8s.namespace, "labels": labels},
         "spec": {
             "backoffLimit": 0,  # a driver that died is resumed by hand: mptfx k8s submit --resume
+            "podFailurePolicy": pod_failure_policy("driver"),
             "activeDeadlineSeconds": k8s.active_deadline_seconds,
             "ttlSecondsAfterFinished": k8s.ttl_seconds_after_finished,
             "template": {"metadata": {"labels": dict(labels)}, "spec": pod_spec},

@@ -8,8 +8,16 @@ import datetime
 from collections.abc import Iterator
 from typing import Any
 
-from pipelines.kubernetes.api import KubernetesError, api_call
-from pipelines.kubernetes.manifests import ANNOTATION_PLAN, LABEL_ATTEMPT, LABEL_NODE, LABEL_RUN
+from pipelines.kubernetes.api import KubernetesError, api_call, read_json
+from pipelines.kubernetes.manifests import (
+    ANNOTATION_PLAN,
+    LABEL_ATTEMPT,
+    LABEL_NODE,
+    LABEL_RUN,
+    TFJOB_GROUP,
+    TFJOB_PLURAL,
+    TFJOB_VERSION,
+)
 
 
 @dataclasses.dataclass
@@ -42,16 +50,17 @@ class RunReport:
         return [n.node_id for n in self.nodes.values() if n.state == "failed"]
 
 
-def job_state(job: Any) -> tuple[str, str]:
-    """("succeeded" | "failed" | "running", reason) from a V1Job's status conditions."""
-    status = job.status
-    for condition in (status.conditions if status and status.conditions else []):
-        if condition.status != "True":
+def job_state(job: dict[str, Any]) -> tuple[str, str]:
+    """("succeeded" | "failed" | "running", reason) from a Job's status conditions (the
+    Job as the server sent it, see `api.read_json`)."""
+    for condition in (job.get("status") or {}).get("conditions") or []:
+        if condition.get("status") != "True":
             continue
-        if condition.type in ("Complete", "SuccessCriteriaMet"):
+        if condition.get("type") in ("Complete", "SuccessCriteriaMet"):
             return "succeeded", ""
-        if condition.type in ("Failed", "FailureTarget"):
-            return "failed", f"{condition.reason or 'Failed'}: {condition.message or ''}".strip()
+        if condition.get("type") in ("Failed", "FailureTarget"):
+            return "failed", (f"{condition.get('reason') or 'Failed'}: "
+                              f"{condition.get('message') or ''}").strip()
     return "running", ""
 
 
@@ -67,63 +76,131 @@ def tfjob_state(obj: dict[str, Any]) -> tuple[str, str]:
             return "failed", f"{condition.get('reason', 'Failed')}: {condition.get('message', '')}"
     return "running", ""
 
-def job_seconds(job: Any) -> float | None:
-    """Seconds a Job has run (to its completion, or until now); None before it started."""
-    status = job.status
-    if status is None or status.start_time is None:
+
+def seconds_run(obj: dict[str, Any]) -> float | None:
+    """Seconds a Job or TFJob has run (to its completion, or until now); None before it
+    started. Both keep RFC 3339 `startTime` / `completionTime` in their status."""
+    status = obj.get("status") or {}
+    if not status.get("startTime"):
         return None
-    end = status.completion_time or datetime.datetime.now(datetime.timezone.utc)
-    return (end - status.start_time).total_seconds()
+    start = _timestamp(status["startTime"])
+    end = _timestamp(status["completionTime"]) if status.get("completionTime") else \
+        datetime.datetime.now(datetime.timezone.utc)
+    return (end - start).total_seconds()
 
 
+def _timestamp(text: str) -> datetime.datetime:
+    return datetime.datetime.fromisoformat(str(text).replace("Z", "+00:00"))
 
-def run_status(batch_api: Any, namespace: str, run_id: str) -> list[dict[str, Any]]:
-    """One row per node of the run: node, state, Job, attempts, retries, seconds."""
+
+@dataclasses.dataclass(frozen=True)
+class RunObject:
+    """The latest Job or TFJob of one node of a run, as the cluster reports it."""
+
+    node_id: str
+    kind: str  # "Job" | "TFJob"
+    name: str
+    attempt: int
+    state: str  # succeeded | failed | running
+    reason: str
+    seconds: float | None
+    retries: int
+    plan: tuple[str, ...]  # the run's node ids, from the annotation
+
+
+def run_objects_in_cluster(batch_api: Any, namespace: str, run_id: str,
+                           custom_api: Any = None) -> dict[str, RunObject]:
+    """node id -> its latest (highest attempt) Job or TFJob of run `run_id`.
+
+    TFJobs are listed when `custom_api` is given (a run with `kubernetes.trainer.use_tfjob`):
+    its Trainer is a TFJob, which the batch API does not list.
+    """
+    selector = f"{LABEL_RUN}={run_id}"
     with api_call("list", f"Jobs of run {run_id}", namespace):
-        jobs = batch_api.list_namespaced_job(
-            namespace, label_selector=f"{LABEL_RUN}={run_id}").items
-    nodes: dict[str, Any] = {}
-    plan: list[str] = []
-    for job in jobs:
-        labels = job.metadata.labels or {}
-        node_id = labels.get(LABEL_NODE)
-        if node_id is None or node_id == "driver":
+        jobs = read_json(batch_api.list_namespaced_job, namespace,
+                         label_selector=selector).get("items") or []
+    found = [_from_job(job) for job in jobs]
+    if custom_api is not None:
+        with api_call("list", f"TFJobs of run {run_id}", namespace):
+            listed = custom_api.list_namespaced_custom_object(
+                TFJOB_GROUP, TFJOB_VERSION, namespace, TFJOB_PLURAL, label_selector=selector)
+        found += [_from_tfjob(obj) for obj in listed.get("items") or []]
+    latest: dict[str, RunObject] = {}
+    for item in found:
+        if item is None:
             continue
-        annotations = job.metadata.annotations or {}
-        plan = plan or [n for n in annotations.get(ANNOTATION_PLAN, "").split(",") if n]
-        attempt = int(labels.get(LABEL_ATTEMPT, "1"))
-        if node_id not in nodes or attempt > nodes[node_id][0]:
-            nodes[node_id] = (attempt, job)
-    if not jobs:
+        if item.node_id not in latest or item.attempt > latest[item.node_id].attempt:
+            latest[item.node_id] = item
+    return latest
+
+
+def _plan(annotations: dict[str, str] | None) -> tuple[str, ...]:
+    return tuple(n for n in (annotations or {}).get(ANNOTATION_PLAN, "").split(",") if n)
+
+
+def _from_job(job: dict[str, Any]) -> RunObject | None:
+    metadata = job.get("metadata") or {}
+    labels = metadata.get("labels") or {}
+    node_id = labels.get(LABEL_NODE)
+    if node_id is None or node_id == "driver":
+        return None
+    state, reason = job_state(job)
+    return RunObject(node_id, "Job", metadata["name"], int(labels.get(LABEL_ATTEMPT, "1")),
+                     state, reason, seconds_run(job),
+                     int((job.get("status") or {}).get("failed") or 0),
+                     _plan(metadata.get("annotations")))
+
+
+def _from_tfjob(obj: dict[str, Any]) -> RunObject | None:
+    metadata = obj.get("metadata") or {}
+    labels = metadata.get("labels") or {}
+    node_id = labels.get(LABEL_NODE)
+    if node_id is None:
+        return None
+    state, reason = tfjob_state(obj)
+    replicas = ((obj.get("status") or {}).get("replicaStatuses") or {}).values()
+    return RunObject(node_id, "TFJob", metadata["name"], int(labels.get(LABEL_ATTEMPT, "1")),
+                     state, reason, seconds_run(obj),
+                     sum(int(r.get("failed") or 0) for r in replicas),
+                     _plan(metadata.get("annotations")))
+
+
+def run_status(batch_api: Any, namespace: str, run_id: str,
+               custom_api: Any = None) -> list[dict[str, Any]]:
+    """One row per node of the run: node, state, Job (or TFJob), attempts, retries, seconds."""
+    nodes = run_objects_in_cluster(batch_api, namespace, run_id, custom_api)
+    if not nodes:
         raise KubernetesError(f"no Jobs of run {run_id} in namespace {namespace}")
+    plan = next((item.plan for item in nodes.values() if item.plan), ())
     rows = []
     for node_id in plan or sorted(nodes):
-        if node_id not in nodes:
+        item = nodes.get(node_id)
+        if item is None:
             rows.append({"node": node_id, "state": "not started", "job": "-", "attempts": 0,
                          "retries": 0, "seconds": None})
             continue
-        attempt, job = nodes[node_id]
-        state, reason = job_state(job)
         rows.append({
-            "node": node_id, "state": state, "job": job.metadata.name, "attempts": attempt,
-            "retries": int(job.status.failed or 0) if job.status else 0,
-            "seconds": job_seconds(job), "reason": reason,
+            "node": node_id, "state": item.state, "job": item.name, "kind": item.kind,
+            "attempts": item.attempt, "retries": item.retries, "seconds": item.seconds,
+            "reason": item.reason,
         })
     return rows
 
 
 def node_logs(batch_api: Any, core_api: Any, namespace: str, run_id: str,
-              node_id: str) -> Iterator[tuple[str, str]]:
-    """(pod name, log text) of every pod of the node's latest Job."""
-    rows = {row["node"]: row for row in run_status(batch_api, namespace, run_id)}
+              node_id: str, custom_api: Any = None) -> Iterator[tuple[str, str]]:
+    """(pod name, log text) of every pod of the node's latest Job or TFJob."""
+    rows = {row["node"]: row for row in run_status(batch_api, namespace, run_id, custom_api)}
     if node_id not in rows:
         raise KubernetesError(f"run {run_id} has no node {node_id!r} "
                               f"(nodes: {', '.join(rows)})")
     job = rows[node_id]["job"]
     if job == "-":
         raise KubernetesError(f"{node_id} of run {run_id} has not started")
-    with api_call("list", f"pods of Job {job}", namespace):
-        pods = core_api.list_namespaced_pod(namespace, label_selector=f"job-name={job}").items
+    selector = (f"training.kubeflow.org/job-name={job}" if rows[node_id].get("kind") == "TFJob"
+                else f"job-name={job}")
+    with api_call("list", f"pods of {rows[node_id].get('kind', 'Job')} {job}", namespace):
+        pods = core_api.list_namespaced_pod(namespace, label_selector=selector).items
     if not pods:
         raise KubernetesError(f"Job {job} has no pods left (finished Jobs keep them until "
                               f"ttlSecondsAfterFinished)")

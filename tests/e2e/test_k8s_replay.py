@@ -32,6 +32,17 @@ SMALL = ["data.builtin_per_class=40", "trainer.epochs=3", "evaluator.min_accurac
 _DESERIALIZE = ApiClient()._ApiClient__deserialize
 
 
+class RawResponse:
+    """What a client method returns with `_preload_content=False`: the server's JSON body."""
+
+    def __init__(self, body: dict):
+        self.data = json.dumps(body).encode()
+
+
+def _reply(body: dict, model: str, preload: bool):
+    return _DESERIALIZE(body, model) if preload else RawResponse(body)
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -49,7 +60,7 @@ class ProcessCluster:
         self.order: list[str] = []  # node ids in creation order
 
     # -- BatchV1Api ------------------------------------------------------------------------
-    def create_namespaced_job(self, namespace, body):
+    def create_namespaced_job(self, namespace, body, _preload_content=True):
         name = body["metadata"]["name"]
         spec = body["spec"]
         indexes = range(spec.get("completions", 1)) if spec.get("completionMode") == \
@@ -61,7 +72,7 @@ class ProcessCluster:
         for index in indexes:
             self._start_pod(name, job, index)
 
-    def read_namespaced_job_status(self, name, namespace):
+    def read_namespaced_job_status(self, name, namespace, _preload_content=True):
         job = self.jobs[name]
         for pod in list(job["pods"]):
             code = pod["process"].poll()
@@ -72,20 +83,21 @@ class ProcessCluster:
                 job["done"].add(pod["index"])
             else:
                 job["failed"] += 1
-                if job["failed"] > job["body"]["spec"]["backoffLimit"]:
+                if code == 2 or job["failed"] > job["body"]["spec"]["backoffLimit"]:
+                    # exit 2: the Job's podFailurePolicy FailJob rule
                     job["state"] = "Failed"
                 else:
                     self._start_pod(name, job, pod["index"])
         wanted = job["body"]["spec"].get("completions", 1)
         if job["state"] is None and len(job["done"]) == wanted:
             job["state"] = "Complete"
-        return _DESERIALIZE(self._as_dict(name), "V1Job")
+        return _reply(self._as_dict(name), "V1Job", _preload_content)
 
-    def list_namespaced_job(self, namespace, label_selector=""):
+    def list_namespaced_job(self, namespace, label_selector="", _preload_content=True):
         key, _, value = label_selector.partition("=")
         items = [self._as_dict(name) for name, job in self.jobs.items()
                  if job["body"]["metadata"]["labels"].get(key) == value]
-        return _DESERIALIZE({"items": items}, "V1JobList")
+        return _reply({"items": items}, "V1JobList", _preload_content)
 
     # -- CoreV1Api -------------------------------------------------------------------------
     def create_namespaced_service(self, namespace, body):
