@@ -7,9 +7,12 @@
 
 `submit` drives the run from here (kubeconfig; the workspace PVC path must be reachable here,
 as it is inside the cluster) or, with `--driver-job`, creates the in-cluster driver Job and
-returns. Exit codes: 0 the run succeeded, 1 a node failed, 2 usage, configuration or an API
-error (403, 404, 409, quota: one line each), 130 interrupted (the Jobs keep running; resume
-with `--resume RUN`).
+returns; every `submit` flag reaches that driver (--config and --set as the run's ConfigMap,
+--data, --log-dir and --follow-logs on its command line). A run holds the cluster run lock
+(a PostgreSQL advisory lock in `kubernetes.metadata`, shared with `mptfx retrain --runner
+kubernetes`). Exit codes: 0 the run succeeded, 1 a node failed, 2 usage, configuration, an
+API error (403, 404, 409, quota: one line each) or the pipeline already running on the
+cluster, 130 interrupted (the Jobs keep running; resume with `--resume RUN`).
 """
 
 from __future__ import annotations
@@ -63,13 +66,15 @@ def _load_config(args: argparse.Namespace) -> Any:
 
 
 def compile_for_kubernetes(config: Any, run_id: str, data_arg: str | None,
-                           allow_missing_data: bool = False) -> tuple[Any, Any, str]:
+                           allow_missing_data: bool = False, data: Any = None,
+                           schema_file: str = "") -> tuple[Any, Any, str]:
     """Build and compile the pipeline as the pods see it (workspace = kubernetes.workspace).
 
     Returns (tfx pipeline, IR pointed at the cluster's database, a note). With
     `allow_missing_data`, data that is not reachable here (it lives on the cluster's volume)
     is stood in for by an empty folder: the objects are the same, only the Ingest's input
-    fingerprint is not the real one.
+    fingerprint is not the real one. `data` (a DataSelection already resolved, e.g. by
+    `mptfx retrain`) replaces `data_arg`; `schema_file` is the schema to validate against.
     """
     from pipelines.cli import _resolve_data
     from pipelines.kubernetes.ir import prepare_ir
@@ -81,7 +86,7 @@ def compile_for_kubernetes(config: Any, run_id: str, data_arg: str | None,
     workspace = Workspace(Path(config.kubernetes.workspace))
     note = ""
     try:
-        data = _resolve_data(config, workspace, data_arg)
+        data = data or _resolve_data(config, workspace, data_arg)
     except (UsageError, OSError) as error:
         if not allow_missing_data:
             raise UsageError(f"{error} (data.source must be reachable where the driver runs; "
@@ -90,7 +95,7 @@ def compile_for_kubernetes(config: Any, run_id: str, data_arg: str | None,
         data = DataSelection(root=stand_in)
         note = (f"data {data_arg or config.data.source} is not reachable here ({error}); "
                 "the driver computes the real Ingest fingerprint at submit time")
-    pipeline = create_pipeline(config, workspace, data)
+    pipeline = create_pipeline(config, workspace, data, schema_file=schema_file)
     ir = compile_pipeline(pipeline, run_id)
     prepare_ir(ir, config)
     return pipeline, ir, note
@@ -151,32 +156,105 @@ def _write_run_objects(config: Any, run_id: str, ir: Any, out_dir: Path, out: An
 
 
 def _command_submit(args: argparse.Namespace) -> int:
-    from pipelines.cli import _library_output_to, _new_run_id, _quiet_tensorflow
-    from pipelines.kubernetes.driver import KubernetesRunner
-    from pipelines.kubernetes.ir import ir_uri, plan_nodes, store_ir
-    from pipelines.kubernetes.manifests import config_map, driver_job
+    from pipelines.cli import _new_run_id, _quiet_tensorflow
+    from pipelines.retrain import cluster_run_lock
 
     _quiet_tensorflow()
     config = _load_config(args)
     run_id = args.resume or args.run_id or _new_run_id()
-    batch, core, custom = make_clients(args.in_cluster, args.context)
-    namespace = config.kubernetes.namespace
     if args.driver_job:
-        import yaml
+        forwarded = driver_arguments(args)  # refuses what the pod cannot use, before any call
+        return _create_driver_job(config, run_id, forwarded, bool(args.resume),
+                                  make_clients(args.in_cluster, args.context))
+    clients = make_clients(args.in_cluster, args.context)
+    # One run of the pipeline at a time on the cluster, whoever starts it (mptfx retrain
+    # --runner kubernetes holds the same lock): runs share the pipeline root and champion.
+    with cluster_run_lock(config) as lock:
+        if not lock.acquired:
+            raise UsageError(f"pipeline {config.pipeline.name} is already running on the "
+                             f"cluster ({lock.describe_holder()}); run {run_id} not started")
+        return drive_run(config, run_id, clients, in_cluster=args.in_cluster,
+                         resume=bool(args.resume), data_arg=args.data, log_dir=args.log_dir,
+                         follow_logs=args.follow_logs)
 
-        runner = KubernetesRunner(config, batch, core, custom)
+
+# Flags of `submit` the driver Job's pod gets as they are; --config and --set reach it as the
+# effective configuration in the run's ConfigMap; --context, --in-cluster and --driver-job
+# only say how to reach the cluster from here.
+_FORWARDED_PATHS = ("data", "log_dir")
+
+
+def driver_arguments(args: argparse.Namespace) -> list[str]:
+    """The `submit` flags the in-cluster driver needs, as arguments of its command.
+
+    Paths must be absolute: the pod sees the workspace volume, not this machine's folder.
+
+    Raises:
+        UsageError: a relative --data or --log-dir, named.
+    """
+    forwarded: list[str] = []
+    for name in _FORWARDED_PATHS:
+        value = getattr(args, name)
+        if value is None:
+            continue
+        flag = "--" + name.replace("_", "-")
+        if ":" not in value and not value.startswith("/"):
+            raise UsageError(f"{flag} {value} is relative; with --driver-job it is read inside "
+                             f"the driver pod: give its absolute path on the workspace volume "
+                             f"(e.g. {flag} /mnt/mptfx/...)")
+        forwarded += [flag, value]
+    if args.follow_logs:
+        forwarded.append("--follow-logs")
+    return forwarded
+
+
+def _create_driver_job(config: Any, run_id: str, forwarded: list[str], resume: bool,
+                       clients: tuple[Any, Any, Any]) -> int:
+    import secrets
+
+    import yaml
+
+    from pipelines.kubernetes.api import KubernetesError
+    from pipelines.kubernetes.driver import KubernetesRunner
+    from pipelines.kubernetes.manifests import config_map, driver_job
+
+    runner = KubernetesRunner(config, *clients)
+    try:
         runner.create_object(config_map(config, run_id,
-                                         yaml.safe_dump(config.model_dump(), sort_keys=False)))
-        job = driver_job(config, run_id)
-        runner.create_object(job)
-        print(f"mptfx k8s submit {run_id}: driver Job {job['metadata']['name']} created in "
-              f"namespace {namespace}; watch it with: mptfx k8s status {run_id}")
-        return EXIT_OK
+                                        yaml.safe_dump(config.model_dump(), sort_keys=False)))
+    except KubernetesError:
+        if not resume:
+            raise
+        # Resuming: the run's ConfigMap is already there, and it is the run's configuration.
+    # A resumed run's earlier driver Job may still exist: the new one gets its own name.
+    suffix = f"-r{secrets.token_hex(2)}" if resume else ""
+    job = driver_job(config, run_id, forwarded, resume=resume, name_suffix=suffix)
+    runner.create_object(job)
+    print(f"mptfx k8s submit {run_id}: driver Job {job['metadata']['name']} created in "
+          f"namespace {config.kubernetes.namespace}; watch it with: mptfx k8s status {run_id}")
+    return EXIT_OK
 
-    workspace_root = Path(config.kubernetes.workspace if args.in_cluster else "workspace")
-    log_dir = Path(args.log_dir or workspace_root / "runs" / run_id)
-    with _library_output_to(log_dir / "driver.log", console_fd=1) as out:
-        if args.resume:
+
+def drive_run(config: Any, run_id: str, clients: tuple[Any, Any, Any], *, in_cluster: bool,
+              resume: bool = False, data_arg: str | None = None, data: Any = None,
+              schema_file: str = "", log_dir: str | None = None, follow_logs: bool = False,
+              after_run: Any = None) -> int:
+    """Compile (or, resuming, reload) the run's IR, run its nodes as Jobs, record it in MLflow.
+
+    The caller holds the cluster run lock. `data` (a DataSelection) and `schema_file` come
+    from `mptfx retrain`; `after_run(summary)` runs once the run succeeded and was recorded.
+    Returns the exit code.
+    """
+    from pipelines.cli import _library_output_to
+    from pipelines.k8s_tracking import record_run
+    from pipelines.kubernetes.driver import KubernetesRunner
+    from pipelines.kubernetes.ir import ir_uri, plan_nodes, store_ir
+
+    namespace = config.kubernetes.namespace
+    workspace_root = Path(config.kubernetes.workspace if in_cluster else "workspace")
+    logs = Path(log_dir or workspace_root / "runs" / run_id)
+    with _library_output_to(logs / "driver.log", console_fd=1) as out:
+        if resume:
             from pipelines.node_entrypoint import load_ir
             from pipelines.workspace import Workspace
 
@@ -186,29 +264,29 @@ def _command_submit(args: argparse.Namespace) -> int:
             ir = load_ir(location)
             print(f"mptfx k8s submit: resuming run {run_id} ({location})", file=out)
         else:
-            _, ir, _ = compile_for_kubernetes(config, run_id, args.data)
+            _, ir, _ = compile_for_kubernetes(config, run_id, data_arg, data=data,
+                                              schema_file=schema_file)
             root = ir.runtime_spec.pipeline_root.field_value.string_value
             location = ir_uri(root, run_id)
             store_ir(ir, location)
             print(f"mptfx k8s submit {run_id}: {len(ir.nodes)} nodes, namespace {namespace}, "
-                  f"IR {location}, logs {log_dir}", file=out)
-        plan = plan_nodes(ir, config)
-        runner = KubernetesRunner(config, batch, core, custom, out=out,
-                                  log_dir=log_dir / "pods", follow_logs=args.follow_logs)
+                  f"IR {location}, logs {logs}", file=out)
+        runner = KubernetesRunner(config, *clients, out=out, log_dir=logs / "pods",
+                                  follow_logs=follow_logs)
         try:
-            report = runner.run(run_id, plan, location)
+            report = runner.run(run_id, plan_nodes(ir, config), location)
         except KeyboardInterrupt:
             print(f"mptfx k8s submit: driver stopped; the Jobs keep running. Resume with: "
                   f"mptfx k8s submit --resume {run_id}", file=out)
             return EXIT_INTERRUPTED
         _print_report(report, out)
-        from pipelines.k8s_tracking import record_run
-
-        record_run(config, ir, report, log_dir, workspace_root, out)
+        summary = record_run(config, ir, report, logs, workspace_root, out)
+        if after_run is not None and report.succeeded and summary:
+            after_run(summary)
     if not report.succeeded:
         failed = report.failed_nodes
         print(f"mptfx: error: run {run_id} failed at {', '.join(failed) or 'a node'}: "
-              f"{report.nodes[failed[0]].message if failed else ''} (logs: {log_dir})",
+              f"{report.nodes[failed[0]].message if failed else ''} (logs: {logs})",
               file=sys.stderr)
         return EXIT_PIPELINE_FAILED
     return EXIT_OK

@@ -27,6 +27,7 @@ TRAINER_RUN_FN = "components.trainer.module.run_fn"
 # Beam's DirectRunner (2.74) first tries PrismRunner, which downloads a binary from the
 # internet at run time. Pipelines that allow unsafe triggers are never sent to Prism (our
 # batch pipelines use no triggers at all), so the in-process FnApiRunner runs them offline.
+# The default when `pipeline.beam_pipeline_args` is [] (Flink, Spark, Dataflow: README).
 LOCAL_BEAM_ARGS = [
     "--direct_running_mode=in_memory",
     "--direct_num_workers=1",
@@ -209,5 +210,5 @@ def create_pipeline(
         metadata_connection_config=tfx.orchestration.metadata.sqlite_metadata_connection_config(
             str(workspace.metadata_path)
         ),
-        beam_pipeline_args=LOCAL_BEAM_ARGS,
+        beam_pipeline_args=config.pipeline.beam_pipeline_args or LOCAL_BEAM_ARGS,
     )

@@ -90,14 +90,21 @@ def _volumes(config: Any, gpus: int) -> tuple[list[dict], list[dict]]:
     return volumes, mounts
 
 
-def _env(config: Any) -> list[dict[str, Any]]:
-    database = config.kubernetes.metadata
-    return [
+def pod_env(config: Any) -> list[dict[str, Any]]:
+    """The environment of every mptfx pod: ML Metadata password and MLflow login from
+    Secrets, the cluster's MLflow server; nothing secret is ever a plain value."""
+    k8s = config.kubernetes
+    env = [
         {"name": "HOME", "value": "/tmp"},  # Keras and Beam write caches below $HOME
         {"name": "PYTHONUNBUFFERED", "value": "1"},
         {"name": PASSWORD_ENV, "valueFrom": {"secretKeyRef": {
-            "name": database.password_secret, "key": database.password_key}}},
+            "name": k8s.metadata.password_secret, "key": k8s.metadata.password_key}}},
+        {"name": "MLFLOW_TRACKING_URI", "value": k8s.tracking_uri},
     ]
+    if k8s.tracking_secret:
+        env += [{"name": f"MLFLOW_TRACKING_{key.upper()}", "valueFrom": {"secretKeyRef": {
+            "name": k8s.tracking_secret, "key": key}}} for key in ("username", "password")]
+    return env
 
 
 def _pod_spec(config: Any, pool_name: str, container: dict[str, Any],
@@ -108,7 +115,7 @@ def _pod_spec(config: Any, pool_name: str, container: dict[str, Any],
     container = {
         "image": k8s.image,
         "imagePullPolicy": k8s.image_pull_policy,
-        "env": _env(config),
+        "env": pod_env(config),
         "resources": _resources(pool),
         "securityContext": _security_context(),
         "volumeMounts": mounts,
@@ -274,16 +281,27 @@ def config_map(config: Any, run_id: str, config_yaml: str) -> dict[str, Any]:
     }
 
 
-def driver_job(config: Any, run_id: str) -> dict[str, Any]:
-    """The in-cluster driver: `mptfx k8s submit --in-cluster` under its own ServiceAccount."""
+DRIVER_CONFIG = "/etc/mptfx/config.yaml"
+
+
+def driver_job(config: Any, run_id: str, forwarded: list[str] = (), resume: bool = False,
+               name_suffix: str = "") -> dict[str, Any]:
+    """The in-cluster driver: `mptfx k8s submit --in-cluster` under its own ServiceAccount.
+
+    `forwarded`: further `submit` flags for it (`k8s_commands.driver_arguments`); `resume`
+    makes it resume the run instead of starting it.
+    """
     k8s = config.kubernetes
-    name = f"mptfx-{_slug(run_id)}-driver"
+    name = f"mptfx-{_slug(run_id)}-driver{name_suffix}"
+    if len(name) > 63:
+        name = f"{name[:56].rstrip('-')}-{hashlib.sha256(name.encode()).hexdigest()[:6]}"
     labels = _labels(run_id, "driver", 1, "driver")
     config_name = f"mptfx-{_slug(run_id)}-config"
     pod_spec = _pod_spec(config, k8s.default_pool, {
         "name": "driver",
-        "command": ["mptfx", "k8s", "submit", "--in-cluster", "--run-id", run_id,
-                    "--config", "/etc/mptfx/config.yaml"],
+        "command": ["mptfx", "k8s", "submit", "--in-cluster",
+                    "--resume" if resume else "--run-id", run_id,
+                    "--config", DRIVER_CONFIG, *forwarded],
         "resources": {"requests": {"cpu": "500m", "memory": "2Gi"},
                       "limits": {"cpu": "1", "memory": "4Gi"}},
     })

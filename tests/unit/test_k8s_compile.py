@@ -156,11 +156,30 @@ def _fake_cluster(monkeypatch, **script):
     return cluster
 
 
-def test_submit_stores_the_ir_runs_the_nodes_and_resumes(monkeypatch, tmp_path, capfd):
+def _cluster_database(postgres, monkeypatch) -> list[str]:
+    """`--set`s that point kubernetes.metadata at the test PostgreSQL (the cluster's stand-in:
+    the run lock and ML Metadata live there), its password in the pods' variable."""
+    monkeypatch.setenv("MPTFX_MLMD_PASSWORD", postgres["password"])
+    sets = []
+    for key in ("host", "port", "database", "user"):
+        sets += ["--set", f"kubernetes.metadata.{key}={postgres[key]}"]
+    return sets
+
+
+def _hold_cluster_lock(postgres, pipeline="mptfx-digits"):
+    from pipelines.locking import DatabaseRunLock
+
+    return DatabaseRunLock(f"retrain/{pipeline}", host=postgres["host"], port=postgres["port"],
+                           database=postgres["database"], user=postgres["user"],
+                           password=postgres["password"])
+
+
+def test_submit_stores_the_ir_runs_the_nodes_and_resumes(monkeypatch, tmp_path, capfd,
+                                                          postgres):
     cluster = _fake_cluster(monkeypatch, Evaluator=["fail", "fail", "fail"])
     workspace = tmp_path / "ws"
     sets = ["--set", f"kubernetes.workspace={workspace}", "--set", "data.builtin_per_class=5",
-            "--set", "kubernetes.poll_seconds=0.01"]
+            "--set", "kubernetes.poll_seconds=0.01", *_cluster_database(postgres, monkeypatch)]
     code = cli.main(["k8s", "submit", "--run-id", "r4", "--log-dir", str(tmp_path / "logs"),
                      *sets])
     out, err = capfd.readouterr()  # the driver writes to the terminal's file descriptor
