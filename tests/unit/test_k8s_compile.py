@@ -236,3 +236,133 @@ def test_a_malformed_tf_config_is_one_line_and_exit_2_in_the_pod(compiled, tmp_p
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("mptfx node: error: TF_CONFIG"), lines
     assert "Traceback" not in result.stderr
+
+
+def _submit_parser():
+    parser = cli.build_parser()
+    k8s = next(a for a in parser._actions if a.dest == "command").choices["k8s"]
+    return next(a for a in k8s._actions if a.dest == "k8s_command").choices["submit"]
+
+
+# What `--driver-job` does with each `submit` option; a new option must be added here.
+_DRIVER_JOB_HANDLING = {
+    "--data": "forwarded", "--log-dir": "forwarded", "--follow-logs": "forwarded",
+    "--resume": "forwarded", "--run-id": "forwarded",
+    "--config": "ConfigMap", "--set": "ConfigMap",
+    "--context": "used here", "--in-cluster": "used here", "--driver-job": "used here",
+    "--help": "used here",
+}
+
+
+def test_driver_job_forwards_every_submit_flag_to_the_in_cluster_driver(monkeypatch):
+    options = {o for a in _submit_parser()._actions for o in a.option_strings
+               if o.startswith("--")}
+    assert options == set(_DRIVER_JOB_HANDLING)
+    cluster = _fake_cluster(monkeypatch)
+    code = cli.main(["k8s", "submit", "--driver-job", "--run-id", "r6", "--data",
+                     "/mnt/mptfx/data/drop-3", "--log-dir", "/mnt/mptfx/logs/r6",
+                     "--follow-logs", "--set", "trainer.epochs=2"])
+    assert code == 0
+    [config_map] = cluster.config_maps
+    assert yaml.safe_load(config_map["data"]["config.yaml"])["trainer"]["epochs"] == 2
+    command = cluster.jobs["mptfx-r6-driver"]["body"]["spec"]["template"]["spec"][
+        "containers"][0]["command"]
+    assert command[0] == "mptfx"
+    seen = cli.build_parser().parse_args(command[1:])  # what the driver pod will run
+    assert (seen.in_cluster, seen.run_id, seen.data, seen.log_dir, seen.follow_logs) == \
+        (True, "r6", "/mnt/mptfx/data/drop-3", "/mnt/mptfx/logs/r6", True)
+    assert seen.config == "/etc/mptfx/config.yaml" and not seen.driver_job
+
+
+def test_driver_job_resumes_a_run_in_the_cluster(monkeypatch):
+    cluster = _fake_cluster(monkeypatch)
+    assert cli.main(["k8s", "submit", "--driver-job", "--resume", "r7"]) == 0
+    [name] = cluster.created
+    assert name.startswith("mptfx-r7-driver-r")  # a new name: the first driver may remain
+    command = cluster.jobs[name]["body"]["spec"]["template"]["spec"]["containers"][0]["command"]
+    seen = cli.build_parser().parse_args(command[1:])
+    assert seen.resume == "r7" and seen.in_cluster
+
+
+@pytest.mark.parametrize("flag", ["--data", "--log-dir"])
+def test_driver_job_refuses_a_path_the_pod_cannot_see(monkeypatch, capsys, flag):
+    cluster = _fake_cluster(monkeypatch)
+    code = cli.main(["k8s", "submit", "--driver-job", flag, "data/incoming"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1
+    assert err.startswith(f"mptfx: error: {flag} data/incoming is relative")
+    assert cluster.created == [] and cluster.config_maps == []
+
+
+def test_submit_and_cluster_retraining_share_one_run_lock(monkeypatch, tmp_path, capsys,
+                                                          postgres):
+    cluster = _fake_cluster(monkeypatch)
+    sets = ["--set", f"kubernetes.workspace={tmp_path}", "--set", "data.builtin_per_class=5",
+            *_cluster_database(postgres, monkeypatch)]
+    with _hold_cluster_lock(postgres) as held:  # a run of this pipeline is going on
+        assert held.acquired
+        code = cli.main(["k8s", "submit", "--run-id", "r8", *sets])
+        err = capsys.readouterr().err
+        assert code == 2 and err.count("\n") == 1
+        assert err.startswith("mptfx: error: pipeline mptfx-digits is already running on the "
+                              "cluster (since ")
+        assert cli.main(["retrain", "--runner", "kubernetes", *sets]) == 0
+        assert "mptfx retrain: already running (since " in capsys.readouterr().out
+        assert cluster.created == []
+    with _hold_cluster_lock(postgres, "other-pipeline") as other:  # another pipeline's lock
+        assert other.acquired
+        assert cli.main(["k8s", "submit", "--driver-job", "--run-id", "r9", *sets]) == 0
+
+
+def test_cluster_retraining_runs_every_node_as_a_job_against_the_clusters_metadata(
+        monkeypatch, tmp_path, capfd, postgres):
+    cluster = _fake_cluster(monkeypatch)
+    sets = ["--set", f"kubernetes.workspace={tmp_path}", "--set", "data.builtin_per_class=5",
+            "--set", "kubernetes.poll_seconds=0.01", *_cluster_database(postgres, monkeypatch)]
+    # Nothing trained yet in the cluster's ML Metadata: the whole pipeline runs.
+    assert cli.main(["retrain", "--runner", "kubernetes", "--in-cluster", *sets]) == 0
+    out = capfd.readouterr().out
+    nodes = {cluster.jobs[name]["node"] for name in cluster.created}
+    assert {"Ingest", "Trainer", "Evaluator", "Pusher"} <= nodes and len(nodes) == 10
+    [ir_path] = (tmp_path / "tfx/mptfx-digits/_mptfx").glob("*/pipeline.json")
+    stored = ir_path.read_text()
+    assert f'"host": "{postgres["host"]}"' in stored and "sqlite" not in stored
+    assert "run " in out and "succeeded" in out
+    trainer = next(j["body"] for j in cluster.jobs.values() if j["node"] == "Trainer")
+    limits = trainer["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]
+    assert limits["nvidia.com/gpu"] == "1"  # the Trainer's Job asks for the GPU
+
+
+def test_cluster_retraining_refuses_local_only_flags(capsys):
+    for flags in (["--lock", "file"], ["--workspace", "/tmp/ws"], ["--json"]):
+        assert cli.main(["retrain", "--runner", "kubernetes", *flags]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "does not apply to --runner kubernetes" in err
+
+
+def test_pipeline_beam_args_reach_the_beam_components_of_a_local_run(tmp_path):
+    from tfx.proto.orchestration import executable_spec_pb2, pipeline_pb2
+
+    from pipelines.local_runner import compile_pipeline
+    from pipelines.pipeline import LOCAL_BEAM_ARGS, create_pipeline
+    from pipelines.spans import DataSelection
+    from pipelines.workspace import Workspace
+
+    def beam_args(*overrides):
+        config = load_config(REPO / "configs/local.yaml", list(overrides))
+        pipeline = create_pipeline(config, Workspace(tmp_path), DataSelection(root=str(tmp_path)))
+        deployment = pipeline_pb2.IntermediateDeploymentConfig()
+        compile_pipeline(pipeline, "r1").deployment_config.Unpack(deployment)
+        found = {}
+        for node_id, spec in deployment.executor_specs.items():
+            beam = executable_spec_pb2.BeamExecutableSpec()
+            if spec.Unpack(beam):
+                found[node_id] = list(beam.beam_pipeline_args)
+        return found
+
+    flink = ["--runner=FlinkRunner", "--flink_master=flink:8081", "--parallelism=8"]
+    configured = beam_args(f"pipeline.beam_pipeline_args=[{', '.join(flink)}]")
+    assert {"StatisticsGen", "Evaluator"} <= set(configured)
+    assert all(args == flink for args in configured.values())
+    default = beam_args()
+    assert default["StatisticsGen"] == default["Evaluator"] == LOCAL_BEAM_ARGS
