@@ -1,6 +1,6 @@
 """`mptfx k8s`: run the pipeline on a Kubernetes cluster.
 
-    mptfx k8s compile [--out DIR] [--engine jobs|kfp]   every object a run creates, as YAML
+    mptfx k8s compile [--out DIR] [--engine jobs|kfp [--pipeline-root gs://...]]   as YAML
     mptfx k8s submit [--driver-job | --in-cluster] [--resume RUN] [--follow-logs]
     mptfx k8s status RUN
     mptfx k8s logs RUN NODE
@@ -119,6 +119,16 @@ def _command_compile(args: argparse.Namespace) -> int:
 
     _quiet_tensorflow()
     config = _load_config(args)
+    if args.pipeline_root is not None:
+        from pipelines.kfp_export import check_pipeline_root
+
+        if args.engine != "kfp":
+            raise UsageError("--pipeline-root is for --engine kfp; the Jobs engine writes to "
+                             "kubernetes.workspace's volume")
+        try:
+            check_pipeline_root(args.pipeline_root)
+        except ValueError as error:
+            raise UsageError(f"--pipeline-root: {error}") from None
     run_id = args.run_id or _new_run_id()
     out_dir = Path(args.out or f"k8s-out/{run_id}")
     # The libraries' chatter goes to compile.log; our lines to the terminal.
@@ -128,8 +138,10 @@ def _command_compile(args: argparse.Namespace) -> int:
         if args.engine == "kfp":
             from pipelines.kfp_export import export_kfp
 
-            path = export_kfp(config, pipeline, out_dir)
-            print(f"mptfx k8s compile: KFP v2 pipeline spec {path}", file=out)
+            path = export_kfp(config, pipeline, out_dir, args.pipeline_root)
+            print(f"mptfx k8s compile: KFP v2 pipeline {path} (Vertex AI PipelineJob) and "
+                  f"{path.with_suffix('.yaml')} (PipelineSpec + PlatformSpec, for Kubeflow "
+                  f"Pipelines)", file=out)
         else:
             _write_run_objects(config, run_id, ir, out_dir, out)
         if note:
@@ -363,6 +375,9 @@ def register(commands: Any) -> None:
     compile_.add_argument("--engine", choices=["jobs", "kfp"], default="jobs",
                           help="jobs: Kubernetes objects (default); kfp: KFP v2 pipeline spec")
     compile_.add_argument("--run-id", help="run id to compile for (default: a new one)")
+    compile_.add_argument("--pipeline-root", metavar="URI",
+                          help="--engine kfp: where the steps write their outputs, a gs:// or "
+                          "s3:// URI (default: the workspace volume's pipeline root)")
     compile_.add_argument("--data", help="data folder as the pods see it (default data.source)")
     compile_.set_defaults(handler=_command_compile)
 

@@ -67,7 +67,8 @@ def _resources(pool: Any) -> dict[str, Any]:
     return {"requests": dict(pool.requests), "limits": limits}
 
 
-def _tolerations(pool: Any) -> list[dict[str, Any]]:
+def pool_tolerations(pool: Any) -> list[dict[str, Any]]:
+    """The pool's tolerations; a GPU pool also tolerates the nvidia.com/gpu taint."""
     tolerations = [dict(t) for t in pool.tolerations]
     if pool.gpus and not any(t.get("key") == "nvidia.com/gpu" for t in tolerations):
         tolerations.append({"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"})
@@ -131,7 +132,7 @@ def _pod_spec(config: Any, pool_name: str, container: dict[str, Any],
     }
     if pool.node_selector:
         spec["nodeSelector"] = dict(pool.node_selector)
-    tolerations = _tolerations(pool)
+    tolerations = pool_tolerations(pool)
     if tolerations:
         spec["tolerations"] = tolerations
     return spec

@@ -113,7 +113,7 @@ def test_kfp_export_carries_the_trainers_accelerator(compiled, tmp_path):
     from pipelines.kfp_export import export_kfp
 
     config, pipeline, _, _ = compiled
-    path = export_kfp(config, pipeline, tmp_path)
+    path = export_kfp(config, pipeline, tmp_path, "gs://my-bucket/mptfx/")
     spec = json.loads(path.read_text())["pipelineSpec"]
     executors = spec["deploymentSpec"]["executors"]
     trainer = executors["Trainer_executor"]["container"]
@@ -122,6 +122,50 @@ def test_kfp_export_carries_the_trainers_accelerator(compiled, tmp_path):
     assert trainer["resources"]["cpuLimit"] == 8.0
     assert "accelerator" not in executors["StatisticsGen_executor"]["container"]["resources"]
     assert set(spec["root"]["dag"]["tasks"]) >= {"Ingest", "Trainer", "Evaluator", "Pusher"}
+    job = json.loads(path.read_text())
+    assert job["runtimeConfig"]["gcsOutputDirectory"] == "gs://my-bucket/mptfx"
+
+
+def test_kfp_export_carries_each_components_node_pool(tmp_path):
+    from google.protobuf import json_format
+    from kfp.pipeline_spec import pipeline_spec_pb2
+
+    out = tmp_path / "kfp"
+    code = cli.main([
+        "k8s", "compile", "--engine", "kfp", "--out", str(out), "--run-id", "r1",
+        "--pipeline-root", "s3://models/mptfx", "--set", f"kubernetes.workspace={tmp_path}",
+        "--set", "data.builtin_per_class=5",
+        "--set", "kubernetes.pools.gpu.node_selector={nvidia.com/gpu.product: NVIDIA-L4}",
+        "--set", "kubernetes.pools.gpu.tolerations=[{key: dedicated, operator: Equal, "
+                 "value: ml, effect: NoSchedule}]",
+        "--set", "kubernetes.pools.cpu.node_selector={pool: batch}"])
+    assert code == 0
+    pipeline_doc, platform_doc = yaml.safe_load_all((out / "mptfx-digits.yaml").read_text())
+    json_format.ParseDict(pipeline_doc, pipeline_spec_pb2.PipelineSpec())  # a valid spec
+    assert pipeline_doc["defaultPipelineRoot"] == "s3://models/mptfx"
+    executors = platform_doc["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
+    trainer_label = pipeline_doc["components"][pipeline_doc["root"]["dag"]["tasks"]["Trainer"][
+        "componentRef"]["name"]]["executorLabel"]
+    assert executors[trainer_label] == {
+        "nodeSelector": {"labels": {"nvidia.com/gpu.product": "NVIDIA-L4"}},
+        "tolerations": [
+            {"key": "dedicated", "operator": "Equal", "value": "ml", "effect": "NoSchedule"},
+            {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]}
+    assert executors["StatisticsGen_executor"] == {"nodeSelector": {"labels": {"pool": "batch"}}}
+    # Every executing step is placed; the Resolver node runs no container.
+    assert set(executors) == {label for label, executor in
+                              pipeline_doc["deploymentSpec"]["executors"].items()
+                              if "container" in executor}
+
+
+@pytest.mark.parametrize("root", ["/mnt/mptfx/kfp", "hdfs://nn/mptfx", "gs://"])
+def test_kfp_export_refuses_a_pipeline_root_the_cluster_cannot_write(tmp_path, capsys, root):
+    code = cli.main(["k8s", "compile", "--engine", "kfp", "--out", str(tmp_path),
+                     "--pipeline-root", root])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1
+    assert err.startswith("mptfx: error: --pipeline-root: the KFP pipeline root must be a "
+                          "bucket URI") and repr(root) in err
 
 
 def test_kubernetes_quantities_and_accelerator_names_convert():
