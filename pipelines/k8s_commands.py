@@ -51,7 +51,8 @@ def make_clients(in_cluster: bool = False, context: str | None = None) -> tuple[
     return client.BatchV1Api(), client.CoreV1Api(), client.CustomObjectsApi()
 
 
-def _load_config(args: argparse.Namespace) -> Any:
+def load_cluster_config(args: argparse.Namespace) -> Any:
+    """The config of `--config` / `--set`, checked for what the cluster runner needs."""
     from pipelines.config import ConfigError, load_config
 
     try:
@@ -118,7 +119,7 @@ def _command_compile(args: argparse.Namespace) -> int:
     from pipelines.cli import _library_output_to, _new_run_id, _quiet_tensorflow
 
     _quiet_tensorflow()
-    config = _load_config(args)
+    config = load_cluster_config(args)
     if args.pipeline_root is not None:
         from pipelines.kfp_export import check_pipeline_root
 
@@ -172,12 +173,14 @@ def _command_submit(args: argparse.Namespace) -> int:
     from pipelines.retrain import cluster_run_lock
 
     _quiet_tensorflow()
-    config = _load_config(args)
+    config = load_cluster_config(args)
     run_id = args.resume or args.run_id or _new_run_id()
     if args.driver_job:
+        from pipelines.kubernetes.driver_job import create_driver_job, driver_arguments
+
         forwarded = driver_arguments(args)  # refuses what the pod cannot use, before any call
-        return _create_driver_job(config, run_id, forwarded, bool(args.resume),
-                                  make_clients(args.in_cluster, args.context))
+        return create_driver_job(config, run_id, forwarded, bool(args.resume),
+                                 make_clients(args.in_cluster, args.context))
     clients = make_clients(args.in_cluster, args.context)
     # One run of the pipeline at a time on the cluster, whoever starts it (mptfx retrain
     # --runner kubernetes holds the same lock): runs share the pipeline root and champion.
@@ -188,63 +191,6 @@ def _command_submit(args: argparse.Namespace) -> int:
         return drive_run(config, run_id, clients, in_cluster=args.in_cluster,
                          resume=bool(args.resume), data_arg=args.data, log_dir=args.log_dir,
                          follow_logs=args.follow_logs)
-
-
-# Flags of `submit` the driver Job's pod gets as they are; --config and --set reach it as the
-# effective configuration in the run's ConfigMap; --context, --in-cluster and --driver-job
-# only say how to reach the cluster from here.
-_FORWARDED_PATHS = ("data", "log_dir")
-
-
-def driver_arguments(args: argparse.Namespace) -> list[str]:
-    """The `submit` flags the in-cluster driver needs, as arguments of its command.
-
-    Paths must be absolute: the pod sees the workspace volume, not this machine's folder.
-
-    Raises:
-        UsageError: a relative --data or --log-dir, named.
-    """
-    forwarded: list[str] = []
-    for name in _FORWARDED_PATHS:
-        value = getattr(args, name)
-        if value is None:
-            continue
-        flag = "--" + name.replace("_", "-")
-        if ":" not in value and not value.startswith("/"):
-            raise UsageError(f"{flag} {value} is relative; with --driver-job it is read inside "
-                             f"the driver pod: give its absolute path on the workspace volume "
-                             f"(e.g. {flag} /mnt/mptfx/...)")
-        forwarded += [flag, value]
-    if args.follow_logs:
-        forwarded.append("--follow-logs")
-    return forwarded
-
-
-def _create_driver_job(config: Any, run_id: str, forwarded: list[str], resume: bool,
-                       clients: tuple[Any, Any, Any]) -> int:
-    import secrets
-
-    import yaml
-
-    from pipelines.kubernetes.api import KubernetesError
-    from pipelines.kubernetes.driver import KubernetesRunner
-    from pipelines.kubernetes.manifests import config_map, driver_job
-
-    runner = KubernetesRunner(config, *clients)
-    try:
-        runner.create_object(config_map(config, run_id,
-                                        yaml.safe_dump(config.model_dump(), sort_keys=False)))
-    except KubernetesError:
-        if not resume:
-            raise
-        # Resuming: the run's ConfigMap is already there, and it is the run's configuration.
-    # A resumed run's earlier driver Job may still exist: the new one gets its own name.
-    suffix = f"-r{secrets.token_hex(2)}" if resume else ""
-    job = driver_job(config, run_id, forwarded, resume=resume, name_suffix=suffix)
-    runner.create_object(job)
-    print(f"mptfx k8s submit {run_id}: driver Job {job['metadata']['name']} created in "
-          f"namespace {config.kubernetes.namespace}; watch it with: mptfx k8s status {run_id}")
-    return EXIT_OK
 
 
 def drive_run(config: Any, run_id: str, clients: tuple[Any, Any, Any], *, in_cluster: bool,
@@ -317,7 +263,7 @@ def _print_report(report: Any, out: Any) -> None:
 def _command_status(args: argparse.Namespace) -> int:
     from pipelines.kubernetes.status import run_status
 
-    config = _load_config(args)
+    config = load_cluster_config(args)
     namespace = args.namespace or config.kubernetes.namespace
     batch, _, custom = make_clients(args.in_cluster, args.context)
     rows = run_status(batch, namespace, args.run_id, _tfjob_api(config, custom))
@@ -336,7 +282,7 @@ def _command_status(args: argparse.Namespace) -> int:
 def _command_logs(args: argparse.Namespace) -> int:
     from pipelines.kubernetes.status import node_logs
 
-    config = _load_config(args)
+    config = load_cluster_config(args)
     namespace = args.namespace or config.kubernetes.namespace
     batch, core, custom = make_clients(args.in_cluster, args.context)
     for pod, text in node_logs(batch, core, namespace, args.run_id, args.node,

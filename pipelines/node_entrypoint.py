@@ -324,9 +324,6 @@ def _watch_chief(config: Any, execution_id: int, node_id: str) -> None:
     threading.Thread(target=watch, name="watch-chief", daemon=True).start()
 
 
-# ---------------------------------------------------------------------------------------------
-
-
 def run_node(ir: Any, node_id: str, worker_hosts: list[str], chief_timeout: float) -> int:
     """Run `node_id` of `ir` once; returns the exit code."""
     node = _node(ir, node_id)

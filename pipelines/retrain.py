@@ -138,7 +138,7 @@ def _say_already_running(args: argparse.Namespace, lock: Any) -> None:
 def _retrain_on_kubernetes(args: argparse.Namespace) -> int:
     """One Job per node on the cluster, spans and no-op judged by the cluster's ML Metadata."""
     from pipelines.cli import _new_run_id, _quiet_tensorflow, _resolve_data
-    from pipelines.k8s_commands import _load_config, drive_run, make_clients
+    from pipelines.k8s_commands import drive_run, load_cluster_config, make_clients
     from pipelines.workspace import Workspace
 
     refused = [flag for flag, given in (("--lock file", args.lock == "file"),
@@ -149,7 +149,7 @@ def _retrain_on_kubernetes(args: argparse.Namespace) -> int:
                          f"is kubernetes.workspace, the lock the cluster run lock, the summary "
                          f"<kubernetes.workspace>/runs/<run id>/summary.json")
     _quiet_tensorflow()
-    config = _load_config(args)
+    config = load_cluster_config(args)
     run_id = _new_run_id()
     with cluster_run_lock(config) as lock:
         if not lock.acquired:

@@ -323,6 +323,26 @@ def test_an_unreadable_metadata_database_is_one_warning_not_a_failure(replay, mo
     assert not (tmp_path / "ws" / "mlflow.db").exists()
 
 
+def test_cluster_retraining_sees_the_submitted_run_and_does_nothing(replay, postgres,
+                                                                   monkeypatch, capsys):
+    """`mptfx retrain --runner kubernetes` judges new data by the cluster's ML Metadata, where
+    the submitted (replayed) run recorded its Trainer: the same data is no new data, and
+    nothing reaches the cluster."""
+    from pipelines import cli, k8s_commands
+
+    def no_cluster(*_args, **_kwargs):
+        raise AssertionError("a no-op retraining must not create Jobs")
+
+    monkeypatch.setattr(k8s_commands, "make_clients", no_cluster)
+    monkeypatch.setenv("MPTFX_MLMD_PASSWORD", postgres["password"])
+    sets = [arg for item in SMALL + _k8s_overrides(postgres, replay["tmp"] / "ws")
+            for arg in ("--set", item)]
+    assert cli.main(["retrain", "--runner", "kubernetes", "--in-cluster", "--config",
+                     str(REPO / "configs/local.yaml"), *sets]) == 0
+    out = capsys.readouterr().out
+    assert "since the last training; nothing to do" in out, out
+
+
 def _shape(info: dict) -> dict[str, int]:
     """Output key -> number of artifacts (type ids differ between two databases)."""
     return {key: len(artifacts) for key, artifacts in info["outputs"].items()}
