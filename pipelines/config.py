@@ -41,6 +41,9 @@ class _Section(BaseModel):
 class PipelineSection(_Section):
     name: str = Field("mptfx-digits", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     enable_cache: bool = True
+    # Beam options of StatisticsGen, the Evaluator and the other Beam components, e.g.
+    # [--runner=FlinkRunner, --flink_master=host:8081]; [] = Beam's DirectRunner in process.
+    beam_pipeline_args: list[str] = Field(default_factory=list)
 
 
 class SpansSection(_Section):
@@ -276,8 +279,13 @@ class KubernetesSection(_Section):
     component_pools: dict[str, str] = Field(default_factory=lambda: {"Trainer": "gpu"})
     default_pool: str = "cpu"
     trainer: KubernetesTrainerSection = Field(default_factory=KubernetesTrainerSection)
-    # For Beam components (StatisticsGen, Evaluator, ...); [] keeps Beam's DirectRunner.
+    # Beam options for the pods' Beam components; [] = pipeline.beam_pipeline_args.
     beam_pipeline_args: list[str] = Field(default_factory=list)
+    # MLflow server of the cluster (k8s/base/mlflow.yaml's Service): MLFLOW_TRACKING_URI of
+    # the driver and every pod. tracking_secret: a Secret with keys `username` and
+    # `password` for MLFLOW_TRACKING_USERNAME/PASSWORD ("" = the server needs no login).
+    tracking_uri: str = "http://mptfx-mlflow:5000"
+    tracking_secret: str = ""
     backoff_limit: int = Field(2, ge=0)
     active_deadline_seconds: int = Field(86400, ge=1)
     ttl_seconds_after_finished: int = Field(604800, ge=0)

@@ -1,15 +1,18 @@
 """`mptfx k8s`: run the pipeline on a Kubernetes cluster.
 
-    mptfx k8s compile [--out DIR] [--engine jobs|kfp]   every object a run creates, as YAML
+    mptfx k8s compile [--out DIR] [--engine jobs|kfp [--pipeline-root gs://...]]   as YAML
     mptfx k8s submit [--driver-job | --in-cluster] [--resume RUN] [--follow-logs]
     mptfx k8s status RUN
     mptfx k8s logs RUN NODE
 
 `submit` drives the run from here (kubeconfig; the workspace PVC path must be reachable here,
 as it is inside the cluster) or, with `--driver-job`, creates the in-cluster driver Job and
-returns. Exit codes: 0 the run succeeded, 1 a node failed, 2 usage, configuration or an API
-error (403, 404, 409, quota: one line each), 130 interrupted (the Jobs keep running; resume
-with `--resume RUN`).
+returns; every `submit` flag reaches that driver (--config and --set as the run's ConfigMap,
+--data, --log-dir and --follow-logs on its command line). A run holds the cluster run lock
+(a PostgreSQL advisory lock in `kubernetes.metadata`, shared with `mptfx retrain --runner
+kubernetes`). Exit codes: 0 the run succeeded, 1 a node failed, 2 usage, configuration, an
+API error (403, 404, 409, quota: one line each) or the pipeline already running on the
+cluster, 130 interrupted (the Jobs keep running; resume with `--resume RUN`).
 """
 
 from __future__ import annotations
@@ -48,7 +51,8 @@ def make_clients(in_cluster: bool = False, context: str | None = None) -> tuple[
     return client.BatchV1Api(), client.CoreV1Api(), client.CustomObjectsApi()
 
 
-def _load_config(args: argparse.Namespace) -> Any:
+def load_cluster_config(args: argparse.Namespace) -> Any:
+    """The config of `--config` / `--set`, checked for what the cluster runner needs."""
     from pipelines.config import ConfigError, load_config
 
     try:
@@ -63,16 +67,18 @@ def _load_config(args: argparse.Namespace) -> Any:
 
 
 def compile_for_kubernetes(config: Any, run_id: str, data_arg: str | None,
-                           allow_missing_data: bool = False) -> tuple[Any, Any, str]:
+                           allow_missing_data: bool = False, data: Any = None,
+                           schema_file: str = "") -> tuple[Any, Any, str]:
     """Build and compile the pipeline as the pods see it (workspace = kubernetes.workspace).
 
     Returns (tfx pipeline, IR pointed at the cluster's database, a note). With
     `allow_missing_data`, data that is not reachable here (it lives on the cluster's volume)
     is stood in for by an empty folder: the objects are the same, only the Ingest's input
-    fingerprint is not the real one.
+    fingerprint is not the real one. `data` (a DataSelection already resolved, e.g. by
+    `mptfx retrain`) replaces `data_arg`; `schema_file` is the schema to validate against.
     """
     from pipelines.cli import _resolve_data
-    from pipelines.kubernetes_runner import prepare_ir
+    from pipelines.kubernetes.ir import prepare_ir
     from pipelines.local_runner import compile_pipeline
     from pipelines.pipeline import create_pipeline
     from pipelines.spans import DataSelection
@@ -81,7 +87,7 @@ def compile_for_kubernetes(config: Any, run_id: str, data_arg: str | None,
     workspace = Workspace(Path(config.kubernetes.workspace))
     note = ""
     try:
-        data = _resolve_data(config, workspace, data_arg)
+        data = data or _resolve_data(config, workspace, data_arg)
     except (UsageError, OSError) as error:
         if not allow_missing_data:
             raise UsageError(f"{error} (data.source must be reachable where the driver runs; "
@@ -90,7 +96,7 @@ def compile_for_kubernetes(config: Any, run_id: str, data_arg: str | None,
         data = DataSelection(root=stand_in)
         note = (f"data {data_arg or config.data.source} is not reachable here ({error}); "
                 "the driver computes the real Ingest fingerprint at submit time")
-    pipeline = create_pipeline(config, workspace, data)
+    pipeline = create_pipeline(config, workspace, data, schema_file=schema_file)
     ir = compile_pipeline(pipeline, run_id)
     prepare_ir(ir, config)
     return pipeline, ir, note
@@ -113,7 +119,17 @@ def _command_compile(args: argparse.Namespace) -> int:
     from pipelines.cli import _library_output_to, _new_run_id, _quiet_tensorflow
 
     _quiet_tensorflow()
-    config = _load_config(args)
+    config = load_cluster_config(args)
+    if args.pipeline_root is not None:
+        from pipelines.kfp_export import check_pipeline_root
+
+        if args.engine != "kfp":
+            raise UsageError("--pipeline-root is for --engine kfp; the Jobs engine writes to "
+                             "kubernetes.workspace's volume")
+        try:
+            check_pipeline_root(args.pipeline_root)
+        except ValueError as error:
+            raise UsageError(f"--pipeline-root: {error}") from None
     run_id = args.run_id or _new_run_id()
     out_dir = Path(args.out or f"k8s-out/{run_id}")
     # The libraries' chatter goes to compile.log; our lines to the terminal.
@@ -123,8 +139,10 @@ def _command_compile(args: argparse.Namespace) -> int:
         if args.engine == "kfp":
             from pipelines.kfp_export import export_kfp
 
-            path = export_kfp(config, pipeline, out_dir)
-            print(f"mptfx k8s compile: KFP v2 pipeline spec {path}", file=out)
+            path = export_kfp(config, pipeline, out_dir, args.pipeline_root)
+            print(f"mptfx k8s compile: KFP v2 pipeline {path} (Vertex AI PipelineJob) and "
+                  f"{path.with_suffix('.yaml')} (PipelineSpec + PlatformSpec, for Kubeflow "
+                  f"Pipelines)", file=out)
         else:
             _write_run_objects(config, run_id, ir, out_dir, out)
         if note:
@@ -136,7 +154,8 @@ def _write_run_objects(config: Any, run_id: str, ir: Any, out_dir: Path, out: An
     import yaml
     from google.protobuf import json_format
 
-    from pipelines.kubernetes_runner import ir_uri, plan_nodes, run_objects
+    from pipelines.kubernetes.ir import ir_uri, plan_nodes
+    from pipelines.kubernetes.manifests import run_objects
 
     root = ir.runtime_spec.pipeline_root.field_value.string_value
     plan = plan_nodes(ir, config)
@@ -150,37 +169,50 @@ def _write_run_objects(config: Any, run_id: str, ir: Any, out_dir: Path, out: An
 
 
 def _command_submit(args: argparse.Namespace) -> int:
-    from pipelines.cli import _library_output_to, _new_run_id, _quiet_tensorflow
-    from pipelines.kubernetes_runner import (
-        KubernetesRunner,
-        config_map,
-        driver_job,
-        ir_uri,
-        plan_nodes,
-        store_ir,
-    )
+    from pipelines.cli import _new_run_id, _quiet_tensorflow
+    from pipelines.retrain import cluster_run_lock
 
     _quiet_tensorflow()
-    config = _load_config(args)
+    config = load_cluster_config(args)
     run_id = args.resume or args.run_id or _new_run_id()
-    batch, core, custom = make_clients(args.in_cluster, args.context)
-    namespace = config.kubernetes.namespace
     if args.driver_job:
-        import yaml
+        from pipelines.kubernetes.driver_job import create_driver_job, driver_arguments
 
-        runner = KubernetesRunner(config, batch, core, custom)
-        runner._create_object(config_map(config, run_id,
-                                         yaml.safe_dump(config.model_dump(), sort_keys=False)))
-        job = driver_job(config, run_id)
-        runner._create_object(job)
-        print(f"mptfx k8s submit {run_id}: driver Job {job['metadata']['name']} created in "
-              f"namespace {namespace}; watch it with: mptfx k8s status {run_id}")
-        return EXIT_OK
+        forwarded = driver_arguments(args)  # refuses what the pod cannot use, before any call
+        return create_driver_job(config, run_id, forwarded, bool(args.resume),
+                                 make_clients(args.in_cluster, args.context))
+    clients = make_clients(args.in_cluster, args.context)
+    # One run of the pipeline at a time on the cluster, whoever starts it (mptfx retrain
+    # --runner kubernetes holds the same lock): runs share the pipeline root and champion.
+    with cluster_run_lock(config) as lock:
+        if not lock.acquired:
+            raise UsageError(f"pipeline {config.pipeline.name} is already running on the "
+                             f"cluster ({lock.describe_holder()}); run {run_id} not started")
+        return drive_run(config, run_id, clients, in_cluster=args.in_cluster,
+                         resume=bool(args.resume), data_arg=args.data, log_dir=args.log_dir,
+                         follow_logs=args.follow_logs)
 
-    workspace_root = Path(config.kubernetes.workspace if args.in_cluster else "workspace")
-    log_dir = Path(args.log_dir or workspace_root / "runs" / run_id)
-    with _library_output_to(log_dir / "driver.log", console_fd=1) as out:
-        if args.resume:
+
+def drive_run(config: Any, run_id: str, clients: tuple[Any, Any, Any], *, in_cluster: bool,
+              resume: bool = False, data_arg: str | None = None, data: Any = None,
+              schema_file: str = "", log_dir: str | None = None, follow_logs: bool = False,
+              after_run: Any = None) -> int:
+    """Compile (or, resuming, reload) the run's IR, run its nodes as Jobs, record it in MLflow.
+
+    The caller holds the cluster run lock. `data` (a DataSelection) and `schema_file` come
+    from `mptfx retrain`; `after_run(summary)` runs once the run succeeded and was recorded.
+    Returns the exit code.
+    """
+    from pipelines.cli import _library_output_to
+    from pipelines.k8s_tracking import record_run
+    from pipelines.kubernetes.driver import KubernetesRunner
+    from pipelines.kubernetes.ir import ir_uri, plan_nodes, store_ir
+
+    namespace = config.kubernetes.namespace
+    workspace_root = Path(config.kubernetes.workspace if in_cluster else "workspace")
+    logs = Path(log_dir or workspace_root / "runs" / run_id)
+    with _library_output_to(logs / "driver.log", console_fd=1) as out:
+        if resume:
             from pipelines.node_entrypoint import load_ir
             from pipelines.workspace import Workspace
 
@@ -190,29 +222,29 @@ def _command_submit(args: argparse.Namespace) -> int:
             ir = load_ir(location)
             print(f"mptfx k8s submit: resuming run {run_id} ({location})", file=out)
         else:
-            _, ir, _ = compile_for_kubernetes(config, run_id, args.data)
+            _, ir, _ = compile_for_kubernetes(config, run_id, data_arg, data=data,
+                                              schema_file=schema_file)
             root = ir.runtime_spec.pipeline_root.field_value.string_value
             location = ir_uri(root, run_id)
             store_ir(ir, location)
             print(f"mptfx k8s submit {run_id}: {len(ir.nodes)} nodes, namespace {namespace}, "
-                  f"IR {location}, logs {log_dir}", file=out)
-        plan = plan_nodes(ir, config)
-        runner = KubernetesRunner(config, batch, core, custom, out=out,
-                                  log_dir=log_dir / "pods", follow_logs=args.follow_logs)
+                  f"IR {location}, logs {logs}", file=out)
+        runner = KubernetesRunner(config, *clients, out=out, log_dir=logs / "pods",
+                                  follow_logs=follow_logs)
         try:
-            report = runner.run(run_id, plan, location)
+            report = runner.run(run_id, plan_nodes(ir, config), location)
         except KeyboardInterrupt:
             print(f"mptfx k8s submit: driver stopped; the Jobs keep running. Resume with: "
                   f"mptfx k8s submit --resume {run_id}", file=out)
             return EXIT_INTERRUPTED
         _print_report(report, out)
-        from pipelines.k8s_tracking import record_run
-
-        record_run(config, ir, report, log_dir, workspace_root, out)
+        summary = record_run(config, ir, report, logs, workspace_root, out)
+        if after_run is not None and report.succeeded and summary:
+            after_run(summary)
     if not report.succeeded:
         failed = report.failed_nodes
         print(f"mptfx: error: run {run_id} failed at {', '.join(failed) or 'a node'}: "
-              f"{report.nodes[failed[0]].message if failed else ''} (logs: {log_dir})",
+              f"{report.nodes[failed[0]].message if failed else ''} (logs: {logs})",
               file=sys.stderr)
         return EXIT_PIPELINE_FAILED
     return EXIT_OK
@@ -229,11 +261,12 @@ def _print_report(report: Any, out: Any) -> None:
 
 
 def _command_status(args: argparse.Namespace) -> int:
-    from pipelines.kubernetes_runner import run_status
+    from pipelines.kubernetes.status import run_status
 
-    namespace = args.namespace or _load_config(args).kubernetes.namespace
-    batch, _, _ = make_clients(args.in_cluster, args.context)
-    rows = run_status(batch, namespace, args.run_id)
+    config = load_cluster_config(args)
+    namespace = args.namespace or config.kubernetes.namespace
+    batch, _, custom = make_clients(args.in_cluster, args.context)
+    rows = run_status(batch, namespace, args.run_id, _tfjob_api(config, custom))
     if args.json:
         print(json.dumps(rows, indent=2, default=str))
         return EXIT_OK
@@ -247,14 +280,22 @@ def _command_status(args: argparse.Namespace) -> int:
 
 
 def _command_logs(args: argparse.Namespace) -> int:
-    from pipelines.kubernetes_runner import node_logs
+    from pipelines.kubernetes.status import node_logs
 
-    namespace = args.namespace or _load_config(args).kubernetes.namespace
-    batch, core, _ = make_clients(args.in_cluster, args.context)
-    for pod, text in node_logs(batch, core, namespace, args.run_id, args.node):
+    config = load_cluster_config(args)
+    namespace = args.namespace or config.kubernetes.namespace
+    batch, core, custom = make_clients(args.in_cluster, args.context)
+    for pod, text in node_logs(batch, core, namespace, args.run_id, args.node,
+                               _tfjob_api(config, custom)):
         for line in (text or "").splitlines():
             print(f"[{pod}] {line}")
     return EXIT_OK
+
+
+def _tfjob_api(config: Any, custom: Any) -> Any:
+    """CustomObjectsApi when the run's Trainer is a TFJob (listing TFJobs needs the CRD)."""
+    trainer = config.kubernetes.trainer
+    return custom if trainer.use_tfjob and trainer.workers > 1 else None
 
 
 def _add_config_arguments(parser: argparse.ArgumentParser) -> None:
@@ -280,6 +321,9 @@ def register(commands: Any) -> None:
     compile_.add_argument("--engine", choices=["jobs", "kfp"], default="jobs",
                           help="jobs: Kubernetes objects (default); kfp: KFP v2 pipeline spec")
     compile_.add_argument("--run-id", help="run id to compile for (default: a new one)")
+    compile_.add_argument("--pipeline-root", metavar="URI",
+                          help="--engine kfp: where the steps write their outputs, a gs:// or "
+                          "s3:// URI (default: the workspace volume's pipeline root)")
     compile_.add_argument("--data", help="data folder as the pods see it (default data.source)")
     compile_.set_defaults(handler=_command_compile)
 

@@ -35,8 +35,14 @@ from pathlib import Path
 from typing import Any
 
 from pipelines.errors import EXIT_OK, EXIT_PIPELINE_FAILED, EXIT_USAGE, UsageError
+from pipelines.pod_env import (
+    PASSWORD_ENV,
+    TFConfigError,
+    build_tf_config,
+    is_chief,
+    read_tf_config,
+)
 
-PASSWORD_ENV = "MPTFX_MLMD_PASSWORD"
 # Tests only: "host:port=127.0.0.1:port,..." maps the Service DNS names of the Indexed Job's
 # pods to local processes, so two processes on one machine can stand in for two pods.
 WORKER_ADDRESS_MAP_ENV = "MPTFX_WORKER_ADDRESS_MAP"
@@ -194,14 +200,10 @@ def _succeeded(execution: Any) -> bool:
 # Multi-worker: TF_CONFIG from the Indexed Job's environment
 
 
-def build_tf_config(worker_hosts: list[str], index: int) -> dict[str, Any]:
-    """TF_CONFIG for task `index` of a cluster of workers (worker 0 is the chief)."""
-    if not 0 <= index < len(worker_hosts):
-        raise UsageError(f"JOB_COMPLETION_INDEX={index} is outside the {len(worker_hosts)} "
-                         f"workers {','.join(worker_hosts)}")
+def _worker_tf_config(worker_hosts: list[str], index: int) -> dict[str, Any]:
+    """TF_CONFIG for worker `index`, with the test-only address map applied."""
     address_map = _address_map(os.environ.get(WORKER_ADDRESS_MAP_ENV, ""))
-    cluster = [address_map.get(host, host) for host in worker_hosts]
-    return {"cluster": {"worker": cluster}, "task": {"type": "worker", "index": index}}
+    return build_tf_config([address_map.get(host, host) for host in worker_hosts], index)
 
 
 def _address_map(text: str) -> dict[str, str]:
@@ -221,17 +223,6 @@ def _completion_index() -> int:
         raise UsageError("--worker-hosts needs JOB_COMPLETION_INDEX (set by an Indexed Job). "
                          f"Received: {raw!r}")
     return int(raw)
-
-
-def is_chief(tf_config: dict[str, Any]) -> bool:
-    """The task that publishes: "chief", else worker 0 when the cluster has no chief."""
-    task = tf_config.get("task") or {}
-    if not task:
-        return True
-    if task.get("type") == "chief":
-        return True
-    has_chief = bool((tf_config.get("cluster") or {}).get("chief"))
-    return task.get("type") == "worker" and int(task.get("index", 0)) == 0 and not has_chief
 
 
 def _follow_chief(ir: Any, node: Any, config: Any, timeout: float) -> int:
@@ -333,17 +324,18 @@ def _watch_chief(config: Any, execution_id: int, node_id: str) -> None:
     threading.Thread(target=watch, name="watch-chief", daemon=True).start()
 
 
-# ---------------------------------------------------------------------------------------------
-
-
 def run_node(ir: Any, node_id: str, worker_hosts: list[str], chief_timeout: float) -> int:
     """Run `node_id` of `ir` once; returns the exit code."""
     node = _node(ir, node_id)
     config = connection_config(ir)
     run_id = ir.runtime_spec.pipeline_run_id.field_value.string_value
-    if worker_hosts:
-        os.environ["TF_CONFIG"] = json.dumps(build_tf_config(worker_hosts, _completion_index()))
-    tf_config = json.loads(os.environ.get("TF_CONFIG") or "{}")
+    try:
+        if worker_hosts:
+            os.environ["TF_CONFIG"] = json.dumps(
+                _worker_tf_config(worker_hosts, _completion_index()))
+        tf_config = read_tf_config()
+    except TFConfigError as error:  # a Training Operator or hand-set TF_CONFIG: exit 2
+        raise UsageError(str(error)) from None
     if not is_chief(tf_config):
         task = tf_config["task"]
         _say(f"{node_id}: {task['type']} {task['index']} of run {run_id}")

@@ -35,6 +35,8 @@ TRAINER_RUN_FN = "components.trainer.module.run_fn"
 # each on the loaded CI machine). The in-process DirectRunner never stages anything, so
 # naming an empty requirements file skips that build; remote runners
 # (kubernetes.beam_pipeline_args) replace these arguments altogether.
+#
+# The default when `pipeline.beam_pipeline_args` is [] (Flink, Spark, Dataflow: README).
 LOCAL_BEAM_ARGS = [
     "--direct_running_mode=in_memory",
     "--direct_num_workers=1",
@@ -248,5 +250,5 @@ def create_pipeline(
         metadata_connection_config=tfx.orchestration.metadata.sqlite_metadata_connection_config(
             str(workspace.metadata_path)
         ),
-        beam_pipeline_args=LOCAL_BEAM_ARGS,
+        beam_pipeline_args=config.pipeline.beam_pipeline_args or LOCAL_BEAM_ARGS,
     )

@@ -9,6 +9,10 @@
   `<workspace>/schema/<pipeline>.pbtxt` (edit it to accept a deliberate change), so a
   drop with new classes or broken features stops at ExampleValidator.
 - With `trainer.warm_start: true` the Trainer starts from the champion's weights.
+- With `--runner kubernetes` (the CronJob in k8s/base) the run is the cluster's: each node a
+  Job in its node pool (`mptfx k8s submit`'s driver), ML Metadata in the cluster PostgreSQL
+  (`kubernetes.metadata`), the workspace at `kubernetes.workspace`, and the lock is the
+  cluster run lock that `mptfx k8s submit` takes too.
 """
 
 from __future__ import annotations
@@ -30,17 +34,31 @@ def frozen_schema_path(workspace: Any, pipeline_name: str) -> Path:
     return Path(workspace.root) / "schema" / f"{pipeline_name}.pbtxt"
 
 
-def trained_inputs(metadata_path: str, pipeline_name: str) -> list[dict[str, Any]]:
-    """Span and input fingerprint of the Examples each successful Trainer execution used."""
+def trained_inputs(metadata: str | Any, pipeline_name: str) -> list[dict[str, Any]]:
+    """Span and input fingerprint of the Examples each successful Trainer execution used.
+
+    `metadata`: the workspace's sqlite file, or an ML Metadata ConnectionConfig (the
+    cluster's PostgreSQL, password filled in).
+    """
     from ml_metadata.metadata_store import metadata_store
     from ml_metadata.proto import metadata_store_pb2
 
-    if not Path(metadata_path).exists():
+    if isinstance(metadata, metadata_store_pb2.ConnectionConfig):
+        config = metadata
+    elif not Path(metadata).exists():
         return []
-    config = metadata_store_pb2.ConnectionConfig()
-    config.sqlite.filename_uri = metadata_path
-    config.sqlite.connection_mode = metadata_store_pb2.SqliteMetadataSourceConfig.READONLY
-    store = metadata_store.MetadataStore(config)
+    else:
+        config = metadata_store_pb2.ConnectionConfig()
+        config.sqlite.filename_uri = str(metadata)
+        config.sqlite.connection_mode = metadata_store_pb2.SqliteMetadataSourceConfig.READONLY
+    try:
+        store = metadata_store.MetadataStore(config)
+    except Exception as error:  # MLMD raises its own errors (UnavailableError, ...)
+        from pipelines.node_entrypoint import describe_database
+
+        raise UsageError(f"cannot read ML Metadata at {describe_database(config)}: "
+                         f"{str(error).strip().splitlines()[0] if str(error) else error!r}"
+                         ) from None
     context = store.get_context_by_type_and_name("node", f"{pipeline_name}.Trainer")
     if context is None:
         return []
@@ -62,12 +80,16 @@ def trained_inputs(metadata_path: str, pipeline_name: str) -> list[dict[str, Any
     return found
 
 
-def plan_retrain(config: Any, workspace: Any, data: Any) -> Any:
-    """Skip when nothing new arrived; otherwise validate against the frozen schema."""
+def plan_retrain(config: Any, workspace: Any, data: Any, metadata: Any = None) -> Any:
+    """Skip when nothing new arrived; otherwise validate against the frozen schema.
+
+    `metadata`: where the trained spans are recorded (see `trained_inputs`); default the
+    workspace's own sqlite file.
+    """
     from components.ingest.listing import compute_input_fingerprint
     from pipelines.cli import RunPlan
 
-    trained = trained_inputs(str(workspace.metadata_path), config.pipeline.name)
+    trained = trained_inputs(metadata or str(workspace.metadata_path), config.pipeline.name)
     if data.spans and trained:
         newest_trained = max(item["span"] for item in trained)
         if data.span <= newest_trained:
@@ -94,6 +116,8 @@ def plan_retrain(config: Any, workspace: Any, data: Any) -> Any:
 def _command_retrain(args: argparse.Namespace) -> int:
     from pipelines.cli import _command_run
 
+    if args.runner == "kubernetes":
+        return _retrain_on_kubernetes(args)
     workspace_root = Path(args.workspace).resolve()
     with _run_lock(args, workspace_root) as lock:
         if not lock.acquired:
@@ -106,24 +130,90 @@ def _command_retrain(args: argparse.Namespace) -> int:
         return _command_run(args, planner=plan_retrain)
 
 
-def _run_lock(args: argparse.Namespace, workspace_root: Path) -> Any:
-    """The file lock in the workspace, or with `--lock database` the row lock in the
-    PostgreSQL of `kubernetes.metadata` (password from MPTFX_MLMD_PASSWORD, as in pods)."""
-    from pipelines.locking import DatabaseRunLock, RunLock
+def _say_already_running(args: argparse.Namespace, lock: Any) -> None:
+    print(f"mptfx retrain: already running ({lock.describe_holder()}); nothing to do",
+          file=sys.stderr if args.json else sys.stdout)
 
-    if args.lock == "file":
+
+def _retrain_on_kubernetes(args: argparse.Namespace) -> int:
+    """One Job per node on the cluster, spans and no-op judged by the cluster's ML Metadata."""
+    from pipelines.cli import _new_run_id, _quiet_tensorflow, _resolve_data
+    from pipelines.k8s_commands import drive_run, load_cluster_config, make_clients
+    from pipelines.workspace import Workspace
+
+    refused = [flag for flag, given in (("--lock file", args.lock == "file"),
+                                        ("--workspace", args.workspace != "workspace"),
+                                        ("--json", args.json)) if given]
+    if refused:
+        raise UsageError(f"{refused[0]} does not apply to --runner kubernetes: the workspace "
+                         f"is kubernetes.workspace, the lock the cluster run lock, the summary "
+                         f"<kubernetes.workspace>/runs/<run id>/summary.json")
+    _quiet_tensorflow()
+    config = load_cluster_config(args)
+    run_id = _new_run_id()
+    with cluster_run_lock(config) as lock:
+        if not lock.acquired:
+            _say_already_running(args, lock)
+            return EXIT_OK
+        workspace = Workspace(Path(config.kubernetes.workspace))
+        data = _resolve_data(config, workspace, args.data)
+        plan = plan_retrain(config, workspace, data, metadata=_cluster_metadata(config))
+        if plan.skip_reason:
+            print(f"mptfx retrain {run_id}: {plan.skip_reason}; nothing to do")
+            return EXIT_OK
+        clients = make_clients(args.in_cluster, args.context)
+        return drive_run(config, run_id, clients, in_cluster=args.in_cluster, data=data,
+                         schema_file=plan.schema_file, follow_logs=args.follow_logs,
+                         after_run=plan.after_run)
+
+
+def _cluster_metadata(config: Any) -> Any:
+    """The ConnectionConfig of the cluster's ML Metadata database, password from the env."""
+    from ml_metadata.proto import metadata_store_pb2
+
+    from pipelines.pod_env import PASSWORD_ENV
+
+    database = config.kubernetes.metadata
+    connection = metadata_store_pb2.ConnectionConfig()
+    password = os.environ.get(PASSWORD_ENV, "")
+    if database.engine == "postgresql":
+        pg = connection.postgresql
+        pg.host, pg.port, pg.dbname = database.host, str(database.port), database.database
+        pg.user, pg.password = database.user, password
+    else:
+        my = connection.mysql
+        my.host, my.port, my.database = database.host, database.port, database.database
+        my.user, my.password = database.user, password
+    return connection
+
+
+def _run_lock(args: argparse.Namespace, workspace_root: Path) -> Any:
+    """The file lock in the workspace, or with `--lock database` the cluster run lock."""
+    from pipelines.locking import RunLock
+
+    if args.lock in (None, "file"):
         return RunLock(workspace_root / "retrain.lock")
     from pipelines.config import ConfigError, load_config
-    from pipelines.node_entrypoint import PASSWORD_ENV
 
     try:
         config = load_config(args.config, args.set or [])
     except ConfigError as error:
         raise UsageError(str(error)) from None
+    return cluster_run_lock(config)
+
+
+def cluster_run_lock(config: Any) -> Any:
+    """The lock every cluster run of the pipeline holds (`mptfx k8s submit`, `mptfx retrain
+    --runner kubernetes` or `--lock database`): a PostgreSQL advisory lock plus a row in
+    `kubernetes.metadata`'s database, password from MPTFX_MLMD_PASSWORD as in the pods."""
+    from pipelines.locking import DatabaseRunLock
+    from pipelines.pod_env import PASSWORD_ENV
+
     database = config.kubernetes.metadata
     if database.engine != "postgresql":
-        raise UsageError(f"--lock database needs kubernetes.metadata.engine: postgresql. "
-                         f"Received: engine={database.engine!r}")
+        raise UsageError(f"the cluster run lock (mptfx k8s submit, mptfx retrain --runner "
+                         f"kubernetes or --lock database) needs kubernetes.metadata.engine: "
+                         f"postgresql. Received: engine={database.engine!r}")
     return DatabaseRunLock(
         f"retrain/{config.pipeline.name}", host=database.host, port=database.port,
         database=database.database, user=database.user,
@@ -139,7 +229,17 @@ def register(commands: Any) -> None:
         "retrain", help="retrain when new data arrived (for cron / a Kubernetes CronJob)")
     add_run_arguments(retrain)
     retrain.add_argument(
-        "--lock", choices=("file", "database"), default="file",
-        help="file: <workspace>/retrain.lock (default, one machine); database: a row in the "
-        "PostgreSQL of kubernetes.metadata, for runs on different pods or machines")
+        "--lock", choices=("file", "database"),
+        help="file: <workspace>/retrain.lock (default of the local runner, one machine); "
+        "database: the cluster run lock in the PostgreSQL of kubernetes.metadata (always "
+        "with --runner kubernetes), for runs on different pods or machines")
+    retrain.add_argument(
+        "--runner", choices=("local", "kubernetes"), default="local",
+        help="local: the whole pipeline in this process (default); kubernetes: one Job per "
+        "node on the cluster, as mptfx k8s submit (the Kubernetes CronJob)")
+    retrain.add_argument("--in-cluster", action="store_true",
+                         help="--runner kubernetes: use the pod's ServiceAccount, not kubeconfig")
+    retrain.add_argument("--context", help="--runner kubernetes: kubeconfig context")
+    retrain.add_argument("--follow-logs", action="store_true",
+                         help="--runner kubernetes: echo every pod's log here")
     retrain.set_defaults(handler=_command_retrain)

@@ -59,6 +59,7 @@ from components.trainer.warm_start import (
 from models import CLASSIFICATION, build_model, model_task
 from models.segmentation import DiceBCELoss, DiceCoefficient
 from models.user_module import resolve_model_name
+from pipelines import pod_env
 
 if TYPE_CHECKING:  # importing TFX costs ~25 CPU seconds; run_fn only reads attributes
     from tfx import v1 as tfx
@@ -478,7 +479,7 @@ def backup_dir_for(fn_args: tfx.components.FnArgs, trainer: Mapping[str, Any],
         default=str,
     )
     fingerprint = hashlib.sha256(identity.encode()).hexdigest()[:16]
-    return os.path.join(base, fingerprint, strategy_lib.task_name(tf_config))
+    return os.path.join(base, fingerprint, pod_env.task_name(tf_config))
 
 
 @dataclasses.dataclass
@@ -510,9 +511,9 @@ def train_and_export(fn_args: tfx.components.FnArgs) -> TrainingResult:
     started = time.perf_counter()
     config = _read_config(fn_args.custom_config)
     model_config, trainer = config["model"], config["trainer"]
-    tf_config = strategy_lib.read_tf_config()
+    tf_config = pod_env.read_tf_config()
     runtime = _resolve_runtime(trainer, tf_config)
-    chief = strategy_lib.is_chief(tf_config)
+    chief = pod_env.is_chief(tf_config)
     multi_worker = runtime.strategy_name == "multi_worker"
     seed = int(trainer["seed"])
     keras.utils.set_random_seed(seed)
@@ -533,7 +534,7 @@ def train_and_export(fn_args: tfx.components.FnArgs) -> TrainingResult:
             "validation_steps": max(1, eval_examples // runtime.global_batch_size),
         }
 
-    task_name = strategy_lib.task_name(tf_config)
+    task_name = pod_env.task_name(tf_config)
     scratch = None if chief else tempfile.mkdtemp(prefix=f"mptfx-{task_name}-")
     serving_model_dir = fn_args.serving_model_dir if chief else os.path.join(scratch, "serving")
     model_run_dir = fn_args.model_run_dir if chief else os.path.join(scratch, "model_run")

@@ -6,7 +6,7 @@
 "mirrored" mirrors over every GPU, or, on a machine without GPUs, over every logical CPU
 device (`tf.config.set_logical_device_configuration` splits one CPU into several, which is
 how the strategy is tested here). Under "multi_worker" only the chief writes shared outputs
-(`is_chief`); the other workers write to a scratch folder they delete.
+(`pipelines.pod_env.is_chief`); the other workers write to a scratch folder they delete.
 
 Example:
 
@@ -17,8 +17,6 @@ Example:
 
 from __future__ import annotations
 
-import json
-import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -26,18 +24,10 @@ import tensorflow as tf
 
 from components.trainer.precision import DeviceDescription
 
+# TF_CONFIG is read in one place for the Trainer and the pod entrypoint (TensorFlow-free).
+from pipelines.pod_env import cluster_size, read_tf_config
+
 STRATEGIES = ("auto", "default", "one_device", "mirrored", "multi_worker")
-
-
-def read_tf_config() -> dict[str, Any]:
-    """Returns the parsed TF_CONFIG environment variable, or {} when it is not set."""
-    raw = os.environ.get("TF_CONFIG", "")
-    if not raw.strip():
-        return {}
-    try:
-        return json.loads(raw)
-    except json.JSONDecodeError as error:
-        raise ValueError(f"TF_CONFIG is not valid JSON. Received: TF_CONFIG={raw!r}") from error
 
 
 def choose_strategy_name(
@@ -58,7 +48,7 @@ def choose_strategy_name(
         )
     if requested != "auto":
         return requested
-    if _cluster_size(tf_config) > 1:
+    if cluster_size(tf_config) > 1:
         return "multi_worker"
     if sum(d.kind == "GPU" for d in devices) > 1:
         return "mirrored"
@@ -93,35 +83,8 @@ def resolve_strategy(
     return tf.distribute.MultiWorkerMirroredStrategy(), name
 
 
-def is_chief(tf_config: Mapping[str, Any]) -> bool:
-    """True for the one task that writes shared outputs (the model, the summary).
-
-    That is the "chief" task, or worker 0 when the cluster has no chief, or the only
-    process when there is no TF_CONFIG.
-    """
-    task = tf_config.get("task") or {}
-    if not task:
-        return True
-    task_type, index = task.get("type"), int(task.get("index", 0))
-    if task_type == "chief":
-        return True
-    has_chief = bool((tf_config.get("cluster") or {}).get("chief"))
-    return task_type == "worker" and index == 0 and not has_chief
-
-
-def task_name(tf_config: Mapping[str, Any]) -> str:
-    """This process's task as "<type>-<index>" (e.g. "worker-1"), "chief-0" without TF_CONFIG."""
-    task = tf_config.get("task") or {}
-    return f"{task.get('type', 'chief')}-{int(task.get('index', 0))}"
-
-
 def _mirrored_devices(devices: Sequence[DeviceDescription]) -> list[str] | None:
     """None (MirroredStrategy's default: all GPUs) when there is a GPU, else all logical CPUs."""
     if any(d.kind == "GPU" for d in devices):
         return None
     return [device.name for device in tf.config.list_logical_devices("CPU")]
-
-
-def _cluster_size(tf_config: Mapping[str, Any]) -> int:
-    cluster = tf_config.get("cluster") or {}
-    return sum(len(cluster.get(role) or []) for role in ("chief", "worker"))

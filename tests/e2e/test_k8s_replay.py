@@ -32,6 +32,17 @@ SMALL = ["data.builtin_per_class=40", "trainer.epochs=3", "evaluator.min_accurac
 _DESERIALIZE = ApiClient()._ApiClient__deserialize
 
 
+class RawResponse:
+    """What a client method returns with `_preload_content=False`: the server's JSON body."""
+
+    def __init__(self, body: dict):
+        self.data = json.dumps(body).encode()
+
+
+def _reply(body: dict, model: str, preload: bool):
+    return _DESERIALIZE(body, model) if preload else RawResponse(body)
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -49,7 +60,7 @@ class ProcessCluster:
         self.order: list[str] = []  # node ids in creation order
 
     # -- BatchV1Api ------------------------------------------------------------------------
-    def create_namespaced_job(self, namespace, body):
+    def create_namespaced_job(self, namespace, body, _preload_content=True):
         name = body["metadata"]["name"]
         spec = body["spec"]
         indexes = range(spec.get("completions", 1)) if spec.get("completionMode") == \
@@ -61,7 +72,7 @@ class ProcessCluster:
         for index in indexes:
             self._start_pod(name, job, index)
 
-    def read_namespaced_job_status(self, name, namespace):
+    def read_namespaced_job_status(self, name, namespace, _preload_content=True):
         job = self.jobs[name]
         for pod in list(job["pods"]):
             code = pod["process"].poll()
@@ -72,20 +83,21 @@ class ProcessCluster:
                 job["done"].add(pod["index"])
             else:
                 job["failed"] += 1
-                if job["failed"] > job["body"]["spec"]["backoffLimit"]:
+                if code == 2 or job["failed"] > job["body"]["spec"]["backoffLimit"]:
+                    # exit 2: the Job's podFailurePolicy FailJob rule
                     job["state"] = "Failed"
                 else:
                     self._start_pod(name, job, pod["index"])
         wanted = job["body"]["spec"].get("completions", 1)
         if job["state"] is None and len(job["done"]) == wanted:
             job["state"] = "Complete"
-        return _DESERIALIZE(self._as_dict(name), "V1Job")
+        return _reply(self._as_dict(name), "V1Job", _preload_content)
 
-    def list_namespaced_job(self, namespace, label_selector=""):
+    def list_namespaced_job(self, namespace, label_selector="", _preload_content=True):
         key, _, value = label_selector.partition("=")
         items = [self._as_dict(name) for name, job in self.jobs.items()
                  if job["body"]["metadata"]["labels"].get(key) == value]
-        return _DESERIALIZE({"items": items}, "V1JobList")
+        return _reply({"items": items}, "V1JobList", _preload_content)
 
     # -- CoreV1Api -------------------------------------------------------------------------
     def create_namespaced_service(self, namespace, body):
@@ -174,7 +186,8 @@ def _connection(postgres: dict):
 
 def _submit(config, ir, run_id, cluster, tmp: Path, plan=None):
     """What `mptfx k8s submit` does after compiling: store the IR, run the plan."""
-    from pipelines.kubernetes_runner import KubernetesRunner, ir_uri, plan_nodes, store_ir
+    from pipelines.kubernetes.driver import KubernetesRunner
+    from pipelines.kubernetes.ir import ir_uri, plan_nodes, store_ir
 
     root = ir.runtime_spec.pipeline_root.field_value.string_value
     location = ir_uri(root, run_id)
@@ -310,6 +323,26 @@ def test_an_unreadable_metadata_database_is_one_warning_not_a_failure(replay, mo
     assert not (tmp_path / "ws" / "mlflow.db").exists()
 
 
+def test_cluster_retraining_sees_the_submitted_run_and_does_nothing(replay, postgres,
+                                                                   monkeypatch, capsys):
+    """`mptfx retrain --runner kubernetes` judges new data by the cluster's ML Metadata, where
+    the submitted (replayed) run recorded its Trainer: the same data is no new data, and
+    nothing reaches the cluster."""
+    from pipelines import cli, k8s_commands
+
+    def no_cluster(*_args, **_kwargs):
+        raise AssertionError("a no-op retraining must not create Jobs")
+
+    monkeypatch.setattr(k8s_commands, "make_clients", no_cluster)
+    monkeypatch.setenv("MPTFX_MLMD_PASSWORD", postgres["password"])
+    sets = [arg for item in SMALL + _k8s_overrides(postgres, replay["tmp"] / "ws")
+            for arg in ("--set", item)]
+    assert cli.main(["retrain", "--runner", "kubernetes", "--in-cluster", "--config",
+                     str(REPO / "configs/local.yaml"), *sets]) == 0
+    out = capsys.readouterr().out
+    assert "since the last training; nothing to do" in out, out
+
+
 def _shape(info: dict) -> dict[str, int]:
     """Output key -> number of artifacts (type ids differ between two databases)."""
     return {key: len(artifacts) for key, artifacts in info["outputs"].items()}
@@ -336,7 +369,7 @@ def test_two_trainer_workers_train_together_and_only_the_chief_publishes(replay,
 
     from pipelines.config import load_config
     from pipelines.k8s_commands import compile_for_kubernetes
-    from pipelines.kubernetes_runner import NodePlan
+    from pipelines.kubernetes.ir import NodePlan
     from pipelines.summary import collect_outputs
 
     tmp = replay["tmp"] / "multi-worker"

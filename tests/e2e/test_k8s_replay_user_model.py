@@ -34,7 +34,8 @@ def _run_on_the_process_cluster(config, run_id: str, cluster, tmp: Path):
     in one place.
     """
     from pipelines.k8s_commands import compile_for_kubernetes
-    from pipelines.kubernetes_runner import KubernetesRunner, ir_uri, plan_nodes, store_ir
+    from pipelines.kubernetes.driver import KubernetesRunner
+    from pipelines.kubernetes.ir import ir_uri, plan_nodes, store_ir
 
     _, ir, _ = compile_for_kubernetes(config, run_id, None)
     yield ir  # the caller deletes the source file between compile and run

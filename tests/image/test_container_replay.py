@@ -70,7 +70,8 @@ class ContainerCluster(k8s_replay.ProcessCluster):
 
 def _submit(config, ir, run_id, cluster):
     """What `mptfx k8s submit` does after compiling: store the IR, run the plan."""
-    from pipelines.kubernetes_runner import KubernetesRunner, ir_uri, plan_nodes, store_ir
+    from pipelines.kubernetes.driver import KubernetesRunner
+    from pipelines.kubernetes.ir import ir_uri, plan_nodes, store_ir
 
     location = ir_uri(ir.runtime_spec.pipeline_root.field_value.string_value, run_id)
     store_ir(ir, location)

@@ -35,7 +35,7 @@ def _free_port() -> int:
 def _driver_container() -> dict:
     """The container the runner's in-cluster driver Job runs (`mptfx k8s submit`)."""
     from pipelines.config import load_config
-    from pipelines.kubernetes_runner import driver_job
+    from pipelines.kubernetes.manifests import driver_job
 
     job = driver_job(load_config(REPO / "configs" / "local.yaml", []), "image-test")
     return job["spec"]["template"]["spec"]["containers"][0]
@@ -106,7 +106,8 @@ def test_every_mptfx_command_starts_in_the_image(container: Container, tmp_path)
 def test_the_node_entrypoint_is_the_default_command_and_starts(image: str,
                                                                container: Container, tmp_path):
     from pipelines.config import load_config
-    from pipelines.kubernetes_runner import NodePlan, node_objects
+    from pipelines.kubernetes.ir import NodePlan
+    from pipelines.kubernetes.manifests import node_objects
 
     plan = [NodePlan("Ingest", (), "cpu")]
     config = load_config(REPO / "configs" / "local.yaml", [])

@@ -17,7 +17,8 @@ import pytest
 import yaml
 
 from pipelines.config import load_config
-from pipelines.kubernetes_runner import NodePlan, config_map, driver_job, node_objects
+from pipelines.kubernetes.ir import NodePlan
+from pipelines.kubernetes.manifests import config_map, driver_job, node_objects
 
 REPO = Path(__file__).resolve().parents[2]
 TOOLS = Path(os.environ.get("MPTFX_TOOLS_VENV", REPO / ".venv-tools")) / "bin"
@@ -129,7 +130,10 @@ def test_the_runner_role_is_scoped_to_jobs_services_pods_and_logs(rendered):
 def test_every_container_is_locked_down_and_sized(rendered):
     for name, spec in _pod_specs(rendered["base"]):
         assert spec["securityContext"]["runAsNonRoot"] is True, name
-        assert spec["automountServiceAccountToken"] is False, name
+        # Only the retraining driver talks to the API server, as the driver account.
+        assert spec["automountServiceAccountToken"] is (name == "mptfx-retrain"), name
+        if spec["automountServiceAccountToken"]:
+            assert spec["serviceAccountName"] == "mptfx-runner"
         for container in spec["containers"]:
             security = container["securityContext"]
             assert security["allowPrivilegeEscalation"] is False, name
@@ -188,6 +192,63 @@ def test_retraining_cronjob_never_overlaps_and_keeps_a_short_history(rendered):
     assert container["command"][:2] == ["mptfx", "retrain"]
 
 
+def test_the_retraining_cronjob_drives_the_kubernetes_runner_without_a_gpu(rendered):
+    from pipelines import cli
+
+    for name in ["base", *OVERLAYS]:
+        cron = _by_kind(rendered[name], "CronJob")["mptfx-retrain"]["spec"]["jobTemplate"]
+        pod = cron["spec"]["template"]["spec"]
+        [container] = pod["containers"]
+        args = cli.build_parser().parse_args(container["command"][1:] + container["args"])
+        assert (args.command, args.runner, args.in_cluster) == ("retrain", "kubernetes", True)
+        # The node Jobs it creates run the image this pod runs (the overlay's registry).
+        assert args.set == [f"kubernetes.image={container['image']}"]
+        assert pod["serviceAccountName"] == "mptfx-runner"
+        assert "nvidia.com/gpu" not in container["resources"]["limits"]
+        assert "nodeSelector" not in pod and "tolerations" not in pod
+        assert not any(m["mountPath"] == "/dev/shm" for m in container["volumeMounts"])
+        env = {e["name"]: e for e in container["env"]}
+        assert env["MLFLOW_TRACKING_URI"]["value"] == _mlflow_url(rendered[name])
+        assert cron["spec"]["podFailurePolicy"]["rules"][0] == {
+            "action": "FailJob",
+            "onExitCodes": {"containerName": "retrain", "operator": "In", "values": [2]}}
+        assert pod["restartPolicy"] == "Never"
+
+
+def _mlflow_url(objects: list[dict]) -> str:
+    service = _by_kind(objects, "Service")["mptfx-mlflow"]
+    return f"http://{service['metadata']['name']}:{service['spec']['ports'][0]['port']}"
+
+
+def test_the_trainer_job_the_cronjob_creates_gets_the_gpu_of_each_cloud(rendered):
+    # The run's configuration (the CronJob's ConfigMap) gives the Trainer its GPU node pool.
+    for name, label in [("base", "cloud.google.com/gke-accelerator"), ("gke", "cloud.google.com/"
+                        "gke-accelerator"), ("eks", "node.kubernetes.io/instance-type"),
+                        ("generic", "nvidia.com/gpu.present")]:
+        text = _by_kind(rendered[name], "ConfigMap")["mptfx-config"]["data"]["config.yaml"]
+        path = rendered["_dir"] / f"{name}-config.yaml"
+        path.write_text(text)
+        config = load_config(path)
+        [trainer] = node_objects(config, "r1", PLAN[2], PLAN, "/ir.json")
+        spec = trainer["spec"]["template"]["spec"]
+        assert label in spec["nodeSelector"], name
+        assert spec["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "1"
+        assert config.data.source == "/mnt/mptfx/data/incoming"
+
+
+def test_no_sqlite_store_and_no_credential_in_any_manifest(rendered):
+    for name in ["base", *OVERLAYS]:
+        text = (rendered["_dir"] / f"{name}.yaml").read_text()
+        for needle in ("sqlite", "metadata.db", "mlflow.db"):
+            assert needle not in text, (name, needle)
+        for stored in _by_kind(rendered[name], "ConfigMap").values():
+            data = json.dumps(stored.get("data", {})).lower()
+            assert "password" not in data and "token" not in data, stored["metadata"]
+        mlflow = _by_kind(rendered[name], "Deployment")["mptfx-mlflow"]
+        args = mlflow["spec"]["template"]["spec"]["containers"][0]["args"]
+        assert any(a.startswith("--backend-store-uri=postgresql://") for a in args)
+
+
 def test_only_the_namespace_reaches_postgres_and_mlflow(rendered):
     policies = _by_kind(rendered["base"], "NetworkPolicy")
     for name, port in [("mptfx-postgres", 5432), ("mptfx-mlflow", 5000)]:
@@ -208,7 +269,7 @@ def test_overlays_change_only_gpu_nodes_storage_and_images(rendered, overlay, la
     objects = rendered[overlay]
     specs = dict(_pod_specs(objects))
     assert label in specs["mptfx-serving-gpu"]["nodeSelector"]
-    assert label in specs["mptfx-retrain"]["nodeSelector"]
+    assert label in _by_kind(objects, "ConfigMap")["mptfx-config"]["data"]["config.yaml"]
     assert "nodeSelector" not in specs["mptfx-serving-cpu"]
     pvc = _by_kind(objects, "PersistentVolumeClaim")["mptfx-workspace"]
     assert pvc["spec"]["storageClassName"] == storage_class
@@ -277,7 +338,10 @@ def _config(*overrides: str):
 
 
 def test_generated_objects_validate_strictly(tmp_path):
-    objects = [config_map(_config(), "r1", "pipeline: {}\n"), driver_job(_config(), "r1")]
+    objects = [config_map(_config(), "r1", "pipeline: {}\n"), driver_job(_config(), "r1"),
+               driver_job(_config("kubernetes.tracking_secret=mlflow-login"), "r1",
+                          ["--data", "/mnt/mptfx/d", "--follow-logs"], resume=True,
+                          name_suffix="-r0a1b")]
     for overrides in ([], ["kubernetes.trainer.workers=3"]):
         config = _config(*overrides)
         for node in PLAN:
@@ -345,3 +409,42 @@ def test_the_tfjob_matches_the_training_operator_crd_and_its_pods_kubernetes(tmp
     typo["spec"]["tfReplicaSpecs"]["Workers"] = typo["spec"]["tfReplicaSpecs"].pop("Worker")
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(typo, schema)
+
+
+def test_every_job_fails_at_once_on_exit_code_2_and_retries_crashes():
+    jobs = [driver_job(_config(), "r1")]
+    for overrides in ([], ["kubernetes.trainer.workers=3"]):
+        for node in PLAN:
+            jobs += [o for o in node_objects(_config(*overrides), "r1", node, PLAN, "/ir.json")
+                     if o["kind"] == "Job"]
+    assert len(jobs) == 7
+    for job in jobs:
+        spec = job["spec"]
+        pod = spec["template"]["spec"]
+        [fail_job, ignore] = spec["podFailurePolicy"]["rules"]
+        assert fail_job == {"action": "FailJob", "onExitCodes": {
+            "containerName": pod["containers"][0]["name"], "operator": "In", "values": [2]}}
+        assert ignore["action"] == "Ignore"  # evictions and preemptions do not count
+        assert pod["restartPolicy"] == "Never"  # podFailurePolicy requires it
+    assert {j["spec"]["backoffLimit"] for j in jobs} == {0, 2}  # the driver: 0, nodes: 2
+    [tfjob] = node_objects(_config("kubernetes.trainer.workers=2",
+                                   "kubernetes.trainer.use_tfjob=true"),
+                           "r1", PLAN[2], PLAN, "/ir.json")
+    # The Training Operator's equivalent: exit codes 1-127 are permanent, 128-255 retried.
+    assert tfjob["spec"]["tfReplicaSpecs"]["Worker"]["restartPolicy"] == "ExitCode"
+
+
+def test_every_pod_records_to_the_clusters_mlflow_server_with_credentials_from_a_secret():
+    config = _config("kubernetes.tracking_secret=mlflow-login")
+    objects = [driver_job(config, "r1")] + [
+        o for node in PLAN for o in node_objects(config, "r1", node, PLAN, "/ir.json")]
+    for obj in objects:
+        env = {e["name"]: e for e in obj["spec"]["template"]["spec"]["containers"][0]["env"]}
+        assert env["MLFLOW_TRACKING_URI"] == {"name": "MLFLOW_TRACKING_URI",
+                                              "value": "http://mptfx-mlflow:5000"}
+        for key in ("username", "password"):
+            assert env[f"MLFLOW_TRACKING_{key.upper()}"]["valueFrom"] == {
+                "secretKeyRef": {"name": "mlflow-login", "key": key}}
+        assert "value" not in env["MPTFX_MLMD_PASSWORD"]
+    no_login = driver_job(_config(), "r1")["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert not any(e["name"].startswith("MLFLOW_TRACKING_P") for e in no_login)

@@ -1,6 +1,9 @@
-"""The Kubernetes runner against a test double of the `kubernetes` client (BatchV1Api and
-CoreV1Api): scheduling, failures, retries, resume and API errors. The double's Jobs finish
-on a script; tests/e2e/test_k8s_replay.py runs them as real processes instead.
+"""The Kubernetes runner against a test double of the `kubernetes` client (BatchV1Api,
+CoreV1Api and CustomObjectsApi for TFJobs): scheduling, failures, retries, podFailurePolicy,
+resume and API errors. No API server can run here, so the double stands in at the client
+boundary: it deserialises through the real ApiClient and applies the Job's own backoffLimit
+and podFailurePolicy the way the Job controller does. Its pods finish on a script;
+tests/e2e/test_k8s_replay.py runs them as real processes instead.
 """
 
 from __future__ import annotations
@@ -13,21 +16,30 @@ from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
 from pipelines.config import Config
-from pipelines.kubernetes_runner import (
-    KubernetesError,
-    KubernetesRunner,
-    NodePlan,
-    job_name,
-    node_logs,
-    run_status,
-)
+from pipelines.kubernetes.api import KubernetesError
+from pipelines.kubernetes.driver import KubernetesRunner
+from pipelines.kubernetes.ir import NodePlan
+from pipelines.kubernetes.manifests import job_name
+from pipelines.kubernetes.status import node_logs, run_status
 
 _DESERIALIZE = ApiClient()._ApiClient__deserialize  # the client's own dict -> model mapping
 
 
+class RawResponse:
+    """What a client method returns with `_preload_content=False`: the server's JSON body."""
+
+    def __init__(self, body: dict):
+        self.data = json.dumps(body).encode()
+
+
+def _reply(body: dict, model: str, preload: bool):
+    return _DESERIALIZE(body, model) if preload else RawResponse(body)
+
+
 class ScriptedCluster:
-    """BatchV1Api + CoreV1Api double. `script[node]` lists pod outcomes ("ok" / "fail"); each
-    pod runs `ticks` polls. `errors[(verb, kind)]` raises an ApiException instead."""
+    """BatchV1Api + CoreV1Api + CustomObjectsApi double. `script[node]` lists pod outcomes
+    ("ok", "fail" = a crash with exit code 1, "exit2" = a usage error); each pod runs `ticks`
+    polls. `errors[(verb, kind)]` raises an ApiException instead."""
 
     def __init__(self, script=None, ticks=2, errors=None):
         self.script = script or {}
@@ -38,7 +50,7 @@ class ScriptedCluster:
         self.max_running = 0
 
     # -- BatchV1Api ----------------------------------------------------------------------
-    def create_namespaced_job(self, namespace, body):
+    def create_namespaced_job(self, namespace, body, _preload_content=True):
         self._maybe_fail("create", "Job")
         name = body["metadata"]["name"]
         if name in self.jobs:
@@ -47,22 +59,58 @@ class ScriptedCluster:
         self.jobs[name] = {"body": body, "node": node, "outcomes": list(self.script.get(
             node, ["ok"])), "age": 0, "failed": 0, "state": None, "pods": 1}
         self.created.append(name)
-        return _DESERIALIZE(body, "V1Job")
+        return _reply(body, "V1Job", _preload_content)
 
-    def read_namespaced_job_status(self, name, namespace):
+    def read_namespaced_job_status(self, name, namespace, _preload_content=True):
         self._maybe_fail("read", "Job")
         job = self.jobs[name]
         self._advance(job)
         running = sum(1 for j in self.jobs.values() if j["state"] is None)
         self.max_running = max(self.max_running, running)
-        return _DESERIALIZE(self._as_dict(name), "V1Job")
+        return _reply(self._as_dict(name), "V1Job", _preload_content)
 
-    def list_namespaced_job(self, namespace, label_selector=""):
+    def list_namespaced_job(self, namespace, label_selector="", _preload_content=True):
         self._maybe_fail("list", "Job")
         key, _, value = label_selector.partition("=")
-        items = [self._as_dict(n) for n, j in self.jobs.items()
-                 if j["body"]["metadata"]["labels"].get(key) == value]
-        return _DESERIALIZE({"items": items}, "V1JobList")
+        items = [self._as_dict(n) for n, j in self.jobs.items() if j["body"]["kind"] == "Job"
+                 and j["body"]["metadata"]["labels"].get(key) == value]
+        return _reply({"items": items}, "V1JobList", _preload_content)
+
+    # -- CustomObjectsApi (TFJobs) ------------------------------------------------------------
+    def create_namespaced_custom_object(self, group, version, namespace, plural, body):
+        assert (group, version, plural) == ("kubeflow.org", "v1", "tfjobs")
+        self._maybe_fail("create", "TFJob")
+        name = body["metadata"]["name"]
+        if name in self.jobs:
+            raise _api_error(409, "AlreadyExists", f'tfjobs.kubeflow.org "{name}" already exists')
+        node = body["metadata"]["labels"]["mptfx.dev/node"]
+        self.jobs[name] = {"body": body, "node": node, "outcomes": list(self.script.get(
+            node, ["ok"])), "age": 0, "failed": 0, "state": None, "pods": 1}
+        self.created.append(name)
+        return body
+
+    def get_namespaced_custom_object(self, group, version, namespace, plural, name):
+        self._advance(self.jobs[name])
+        return self._tfjob_dict(name)
+
+    def list_namespaced_custom_object(self, group, version, namespace, plural,
+                                      label_selector=""):
+        key, _, value = label_selector.partition("=")
+        return {"items": [self._tfjob_dict(n) for n, j in self.jobs.items()
+                          if j["body"]["kind"] == "TFJob"
+                          and j["body"]["metadata"]["labels"].get(key) == value]}
+
+    def _tfjob_dict(self, name):
+        job = self.jobs[name]
+        status = {"startTime": "2026-01-01T00:00:00Z",
+                  "replicaStatuses": {"Worker": {"failed": job["failed"]}}}
+        if job["state"] == "Complete":
+            status["conditions"] = [{"type": "Succeeded", "status": "True"}]
+            status["completionTime"] = "2026-01-01T00:02:00Z"
+        elif job["state"] == "Failed":
+            status["conditions"] = [{"type": "Failed", "status": "True",
+                                     "reason": "TFJobFailed", "message": "Worker failed"}]
+        return {**job["body"], "status": status}
 
     # -- CoreV1Api ------------------------------------------------------------------------
     def create_namespaced_service(self, namespace, body):
@@ -92,8 +140,13 @@ class ScriptedCluster:
             return
         job["failed"] += 1
         job["pods"] += 1
-        if job["failed"] > job["body"]["spec"]["backoffLimit"]:
-            job["state"] = "Failed"
+        spec = job["body"]["spec"]
+        exit_code = 2 if outcome == "exit2" else 1
+        if _fail_job_rule_matches(spec.get("podFailurePolicy"), exit_code):
+            job["state"], job["reason"] = "Failed", "PodFailurePolicy"
+        elif job["failed"] > spec.get("backoffLimit", spec.get("runPolicy", {}).get(
+                "backoffLimit", 6)):
+            job["state"], job["reason"] = "Failed", "BackoffLimitExceeded"
 
     def _as_dict(self, name):
         job = self.jobs[name]
@@ -103,14 +156,26 @@ class ScriptedCluster:
             status["completionTime"] = "2026-01-01T00:01:00Z"
         elif job["state"] == "Failed":
             status["conditions"] = [{"type": "Failed", "status": "True",
-                                     "reason": "BackoffLimitExceeded",
-                                     "message": "Job has reached the specified backoff limit"}]
+                                     "reason": job["reason"], "message": {
+                "BackoffLimitExceeded": "Job has reached the specified backoff limit",
+                "PodFailurePolicy": "Container node for pod failed with exit code 2 matching "
+                                    "FailJob rule at index 0"}[job["reason"]]}]
         return {**job["body"], "status": status}
 
     def _maybe_fail(self, verb, kind):
         error = self.errors.get((verb, kind))
         if error is not None:
             raise error
+
+
+def _fail_job_rule_matches(policy, exit_code):
+    """The Job controller's reading of podFailurePolicy's onExitCodes FailJob rules."""
+    for rule in (policy or {}).get("rules", []):
+        codes = rule.get("onExitCodes")
+        if rule["action"] == "FailJob" and codes and (
+                (exit_code in codes["values"]) == (codes["operator"] == "In")):
+            return True
+    return False
 
 
 def _api_error(status, reason, message):
@@ -130,7 +195,7 @@ DIAMOND = [
 
 def _runner(cluster, tmp_path, sleep=lambda _: None, config=None):
     out = io.StringIO()
-    runner = KubernetesRunner(config or Config(), cluster, cluster, out=out,
+    runner = KubernetesRunner(config or Config(), cluster, cluster, cluster, out=out,
                               log_dir=tmp_path / "pods", sleep=sleep)
     return runner, out
 
@@ -272,3 +337,66 @@ def test_status_and_logs_read_the_run_back_from_the_cluster(tmp_path):
         list(node_logs(cluster, cluster, "mptfx", "r9", "E"))
     with pytest.raises(KubernetesError, match="no Jobs of run nope in namespace mptfx"):
         run_status(cluster, "mptfx", "nope")
+
+
+def test_a_usage_error_fails_the_job_at_once_while_a_crash_retries(tmp_path):
+    # Exit code 2 (bad config or input) would fail the same way on every retry.
+    cluster = ScriptedCluster(script={"B": ["exit2", "ok"], "C": ["fail", "ok"]})
+    runner, out = _runner(cluster, tmp_path)
+    report = runner.run("r10", DIAMOND, "/ws/ir.json")
+    assert report.failed_nodes == ["B"] and report.nodes["B"].retries == 0
+    assert "PodFailurePolicy" in report.nodes["B"].message
+    assert report.nodes["C"].state == "succeeded" and report.nodes["C"].retries == 1
+    assert report.nodes["D"].state == "skipped"
+
+
+TRAINER_PLAN = [
+    NodePlan("Ingest", (), "cpu"),
+    NodePlan("Trainer", ("Ingest",), "gpu"),
+    NodePlan("Evaluator", ("Trainer",), "cpu"),
+]
+
+
+def _tfjob_config():
+    return Config.model_validate({"kubernetes": {"trainer": {"workers": 2, "use_tfjob": True}}})
+
+
+def test_a_killed_driver_resumes_a_run_whose_trainer_is_a_tfjob(tmp_path):
+    cluster = ScriptedCluster(ticks=3)
+
+    def killed_while_the_tfjob_runs(_seconds):
+        if "mptfx-r11-trainer" in cluster.jobs:
+            raise KeyboardInterrupt
+
+    runner, _ = _runner(cluster, tmp_path, sleep=killed_while_the_tfjob_runs,
+                        config=_tfjob_config())
+    with pytest.raises(KeyboardInterrupt):
+        runner.run("r11", TRAINER_PLAN, "/ws/ir.json")
+    assert cluster.jobs["mptfx-r11-trainer"]["body"]["kind"] == "TFJob"
+
+    resumed, out = _runner(cluster, tmp_path, config=_tfjob_config())
+    report = resumed.run("r11", TRAINER_PLAN, "/ws/ir.json")
+    assert report.succeeded, out.getvalue()
+    assert cluster.created == ["mptfx-r11-ingest", "mptfx-r11-trainer", "mptfx-r11-evaluator"]
+    assert "~ Trainer still running (TFJob mptfx-r11-trainer); watching it" in out.getvalue()
+
+    again, out = _runner(cluster, tmp_path, config=_tfjob_config())  # all done: nothing to do
+    assert again.run("r11", TRAINER_PLAN, "/ws/ir.json").succeeded
+    assert "= Trainer already succeeded (TFJob mptfx-r11-trainer)" in out.getvalue()
+    assert len(cluster.created) == 3
+    rows = {row["node"]: row for row in run_status(cluster, "mptfx", "r11", cluster)}
+    assert rows["Trainer"]["state"] == "succeeded" and rows["Trainer"]["seconds"] == 120.0
+
+
+def test_resuming_a_failed_tfjob_run_creates_its_next_attempt(tmp_path):
+    cluster = ScriptedCluster(script={"Trainer": ["fail", "fail", "fail"]})
+    runner, _ = _runner(cluster, tmp_path, config=_tfjob_config())
+    assert runner.run("r12", TRAINER_PLAN, "/ws/ir.json").failed_nodes == ["Trainer"]
+    cluster.script = {}
+    resumed, out = _runner(cluster, tmp_path, config=_tfjob_config())
+    report = resumed.run("r12", TRAINER_PLAN, "/ws/ir.json")
+    assert report.succeeded, out.getvalue()
+    assert report.nodes["Trainer"].job == "mptfx-r12-trainer-a2"
+    assert cluster.jobs["mptfx-r12-trainer-a2"]["body"]["kind"] == "TFJob"
+    assert cluster.created.count("mptfx-r12-ingest") == 1
+    assert "~ Trainer failed before (TFJobFailed" in out.getvalue()

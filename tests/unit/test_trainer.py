@@ -33,6 +33,7 @@ from components.trainer.precision import (
     resolve_xla,
 )
 from models.registry import unregister_model
+from pipelines import pod_env
 
 NUM_IMAGES = 300
 LABEL_NAMES = [str(d) for d in range(10)]
@@ -197,7 +198,8 @@ def test_unknown_strategy_is_named():
     ],
 )
 def test_only_the_chief_exports(tf_config, chief):
-    assert strategy.is_chief(tf_config) is chief
+    # The Trainer and the pod entrypoint share this one is_chief (pipelines/pod_env.py).
+    assert pod_env.is_chief(tf_config) is chief
 
 
 # --- data -----------------------------------------------------------------------------
