@@ -253,7 +253,12 @@ def _run_pipeline(
     from pipelines.pipeline import create_pipeline
     from pipelines.summary import build_summary, collect_outputs
 
-    pipeline = create_pipeline(config, workspace, data, schema_file=plan.schema_file)
+    from components.ingest.errors import DataError
+
+    try:
+        pipeline = create_pipeline(config, workspace, data, schema_file=plan.schema_file)
+    except DataError as error:  # the input fingerprint walks every file of the data root
+        raise UsageError(str(error)) from None
     print(f"mptfx run {run_id}: {len(pipeline.components)} components, "
           f"workspace {workspace.root}, log {log_path}", file=out)
 
