@@ -32,6 +32,7 @@ from pipelines.errors import (
     EXIT_USAGE,
     UsageError,
 )
+from pipelines.redact import redact_text, redact_tree
 
 
 @dataclass
@@ -56,6 +57,13 @@ COMMAND_MODULES: list[str] = [
 ]
 
 
+class _RedactingFormatter(logging.Formatter):
+    """pipeline.log lines (tracebacks included) with every URI's password removed."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return redact_text(super().format(record))
+
+
 def _quiet_tensorflow() -> None:
     # Must happen before TensorFlow is imported; the full log still goes to pipeline.log.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -75,7 +83,7 @@ def _library_output_to(log_path: Path, console_fd: int) -> Iterator[TextIO]:
     log_fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     console = os.fdopen(os.dup(saved[console_fd]), "w", buffering=1)
     handler = logging.StreamHandler(os.fdopen(os.dup(log_fd), "w", buffering=1))
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(_RedactingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger()
     previous_handlers, previous_level = list(root.handlers), root.level
     root.handlers = [handler]
@@ -236,7 +244,8 @@ def _run_pipeline(
         "spans": data.spans,
         "summary_path": str(run_dir / "summary.json"),
         "log_path": str(log_path),
-        "config": config.model_dump(),
+        # Redacted: summary.json, MLflow params and the model card all copy this.
+        "config": redact_tree(config.model_dump()),
     }
     if plan.skip_reason:
         print(f"mptfx {args.command} {run_id}: {plan.skip_reason}; nothing to do", file=out)
@@ -249,11 +258,10 @@ def _run_pipeline(
     from components import tracking
 
     tracking_store = tracking.resolve_store(config, workspace.root, out)  # exit 2 if required
+    from components.ingest.errors import DataError
     from pipelines.local_runner import RunProgress, run_locally
     from pipelines.pipeline import create_pipeline
     from pipelines.summary import build_summary, collect_outputs
-
-    from components.ingest.errors import DataError
 
     try:
         pipeline = create_pipeline(config, workspace, data, schema_file=plan.schema_file)
@@ -281,7 +289,8 @@ def _run_pipeline(
     if error is not None:
         base["status"] = "failed"
         base["failed_component"] = progress.failed_component
-        base["error"] = f"{progress.failed_component or 'pipeline'} failed: {_one_line(error)}"
+        base["error"] = (f"{progress.failed_component or 'pipeline'} failed: "
+                         f"{redact_text(_one_line(error))}")
     nodes = collect_outputs(pipeline.metadata_connection_config, config.pipeline.name, run_id)
     timings = {name: t.seconds for name, t in progress.timings.items()}
     summary = build_summary(nodes, timings, base)
@@ -328,7 +337,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.handler(args)
     except UsageError as error:
-        print(f"mptfx: error: {error}", file=sys.stderr)
+        print(f"mptfx: error: {redact_text(str(error))}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("mptfx: interrupted", file=sys.stderr)
