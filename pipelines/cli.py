@@ -46,6 +46,7 @@ class RunPlan:
 
 
 Planner = Callable[[Any, Any, Any], RunPlan]
+WORKSPACE_LOCK_FILE = "workspace.lock"
 
 # Each module adds its sub-commands with `register(commands)`; imports there stay light
 # (no TensorFlow at import time) so `mptfx --help` is instant.
@@ -190,20 +191,63 @@ def _print_summary(summary: dict[str, Any], out: TextIO) -> None:
         print(f"  {key + ':':<13} {value}", file=out)
 
 
+def check_writable_workspace(workspace_root: Path) -> None:
+    """Create the workspace folder and prove it takes a file, else exit 2 naming it."""
+    try:
+        workspace_root.mkdir(parents=True, exist_ok=True)
+        probe = workspace_root / f".write-test-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as error:
+        raise UsageError(f"workspace {workspace_root} is not writable: "
+                         f"{error.strerror or error}") from None
+
+
 def _command_run(args: argparse.Namespace, planner: Planner | None = None) -> int:
-    """`mptfx run`; other commands (retrain) reuse it with a planner."""
+    """`mptfx run`; other commands (retrain) reuse it with a planner.
+
+    Holds the workspace lock for the whole run: two runs in one workspace would share its
+    sqlite ML Metadata and MLflow stores and its pipeline root. The second one exits 0
+    naming the holder, as `mptfx retrain` does (a cron job must not pile up failures).
+    """
+    from pipelines.locking import RunLock
+
+    workspace_root = Path(args.workspace).resolve()
+    check_writable_workspace(workspace_root)
+    with RunLock(workspace_root / WORKSPACE_LOCK_FILE) as lock:
+        if not lock.acquired:
+            message = (f"mptfx {args.command}: workspace {workspace_root} is in use by another "
+                       f"run ({lock.describe_holder()}); nothing to do")
+            print(message, file=sys.stderr if args.json else sys.stdout)
+            if args.json:
+                print(json.dumps({"status": "skipped", "reason": message}, indent=2))
+            return EXIT_OK
+        return _run_in_workspace(args, workspace_root, planner)
+
+
+def _run_in_workspace(args: argparse.Namespace, workspace_root: Path,
+                      planner: Planner | None) -> int:
     _quiet_tensorflow()
     started = time.monotonic()
-    workspace_root = Path(args.workspace).resolve()
     run_id = _new_run_id()
     log_path = workspace_root / "runs" / run_id / "pipeline.log"
     # Our own lines go to the terminal: stdout, or stderr when stdout carries the JSON.
+    crash: Exception | None = None
     with _library_output_to(log_path, console_fd=2 if args.json else 1) as out:
-        summary, error = _run_pipeline(
-            args, workspace_root, run_id, log_path, started, out, planner
-        )
-        if summary["status"] != "skipped":
-            _print_summary(summary, out)
+        try:
+            summary, error = _run_pipeline(
+                args, workspace_root, run_id, log_path, started, out, planner
+            )
+        except UsageError:
+            raise
+        except Exception as failure:  # outside any component: the traceback goes to the log
+            logging.getLogger("mptfx").exception("mptfx %s %s stopped", args.command, run_id)
+            crash = failure
+        else:
+            if summary["status"] != "skipped":
+                _print_summary(summary, out)
+    if crash is not None:
+        return _report_crash(crash, log_path)
     if args.json:
         print(json.dumps(summary, indent=2, default=str))
     if isinstance(error, KeyboardInterrupt):
@@ -212,6 +256,17 @@ def _command_run(args: argparse.Namespace, planner: Planner | None = None) -> in
         print(f"mptfx: error: {summary['error']} (full log: {log_path})", file=sys.stderr)
         return EXIT_PIPELINE_FAILED
     return EXIT_OK
+
+
+def _report_crash(crash: Exception, log_path: Path) -> int:
+    """One line for an error raised outside the components: a path the OS refused is the
+    user's to fix (exit 2, naming it); anything else is a failed run (exit 1)."""
+    if isinstance(crash, OSError) and crash.filename:
+        reason = crash.strerror or _one_line(crash)
+        raise UsageError(f"cannot use {crash.filename}: {reason} (full log: {log_path})")
+    print(f"mptfx: error: {redact_text(_one_line(crash))} (full log: {log_path})",
+          file=sys.stderr)
+    return EXIT_PIPELINE_FAILED
 
 
 def _run_pipeline(
