@@ -187,6 +187,7 @@ def create_pipeline(
         uint8_io=int(config.tflite.uint8_io),
         representative_samples=config.tflite.representative_samples,
         parity_limit=config.tflite.parity_limit,
+        keep_versions=config.pusher.keep_versions,
     ).with_id("TFLite")
 
     components = [
