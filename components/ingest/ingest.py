@@ -24,6 +24,7 @@ from components.ingest.reader import (
 from components.ingest.sources import FolderSource, TFRecordSource
 from components.ingest.splits import SplitAssigner, parse_split_ratios
 from components.ingest.writer import SplitWriters, build_example, write_json
+from pipelines.faults import fault_point
 
 logger = logging.getLogger(__name__)
 
@@ -164,6 +165,8 @@ def _write_examples(
                 continue
             example = build_example(image, item.label, item.label_name, item.filename, item.example)
             writers.write(assign_split(item.split_key), example)
+            if index == len(source) // 2:
+                fault_point("ingest")
     return dict(writers.counts), bad
 
 

@@ -130,7 +130,10 @@ def check_reachable(uri: str, timeout: float) -> str | None:
     parsed = urllib.parse.urlparse(uri)
     scheme = parsed.scheme.split("+")[0]
     if scheme in ("http", "https"):
-        return _check_http(uri.rstrip("/") + "/health", timeout)
+        # /health needs no credentials, and urllib cannot take them in the URL.
+        bare = urllib.parse.urlunsplit(urllib.parse.urlsplit(uri)._replace(
+            netloc=parsed.netloc.rpartition("@")[2]))
+        return _check_http(bare.rstrip("/") + "/health", timeout)
     if not parsed.hostname:
         return None  # e.g. databricks: MLflow resolves it; nothing to probe here
     port = parsed.port or _DEFAULT_PORTS.get(scheme)

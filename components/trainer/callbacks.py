@@ -30,6 +30,7 @@ from absl import logging
 
 from components.trainer.optimizer import current_loss_scale
 from components.trainer.training_model import PER_STEP_KEYS, STEP_LOSS, STEP_SKIPPED
+from pipelines.faults import ENV_FAULT, fault_point
 
 IMAGES_PER_SEC = "images_per_sec"
 LOSS_SCALE = "loss_scale"
@@ -69,12 +70,16 @@ class ThroughputCallback(keras.callbacks.Callback):
         self.epoch_images_per_sec: list[float] = []
         self._epoch_start = 0.0
         self._last_batch_end = 0.0
+        self._epoch = 0
 
     def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
         self._epoch_start = self._last_batch_end = time.perf_counter()
+        self._epoch = epoch
 
     def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
         self._last_batch_end = time.perf_counter()
+        if batch == 0 and self._epoch == 1:
+            fault_point("epoch")
 
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
         seconds = max(self._last_batch_end - self._epoch_start, 1e-9)
@@ -258,6 +263,27 @@ def _maybe_float(value: object) -> float | None:
     except (TypeError, ValueError):
         return None
     return number
+
+
+class CheckpointFault(keras.callbacks.Callback):
+    """The crash tests' `MPTFX_FAULT=checkpoint`: after BackupAndRestore has written the
+    2nd epoch's checkpoint, cut its weights file in half and die, as a kill mid-write does.
+    Added to the callbacks only when that fault is asked for."""
+
+    def __init__(self, backup_dir: str) -> None:
+        super().__init__()
+        self._weights = os.path.join(backup_dir, "latest.weights.h5")
+
+    @staticmethod
+    def wanted() -> bool:
+        """True when this run was started with MPTFX_FAULT=checkpoint."""
+        return os.environ.get(ENV_FAULT) == "checkpoint"
+
+    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        if epoch == 1 and os.path.exists(self._weights):
+            with open(self._weights, "r+b") as handle:
+                handle.truncate(os.path.getsize(self._weights) // 2)
+            fault_point("checkpoint")
 
 
 class EpochTensorBoard(keras.callbacks.TensorBoard):

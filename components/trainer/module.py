@@ -32,6 +32,7 @@ from components.trainer import export as export_lib
 from components.trainer import strategy as strategy_lib
 from components.trainer.callbacks import (
     LOSS_SCALE,
+    CheckpointFault,
     DivergenceGuard,
     EpochHistory,
     EpochTensorBoard,
@@ -401,6 +402,8 @@ def train_and_export(fn_args: tfx.components.FnArgs) -> TrainingResult:
             keras.callbacks.BackupAndRestore(backup_dir, double_checkpoint=True),
             EpochTensorBoard(os.path.join(model_run_dir, LOG_DIR)),
         ]
+        if CheckpointFault.wanted():  # crash tests only (pipelines/faults.py)
+            callbacks.insert(len(callbacks) - 1, CheckpointFault(backup_dir))  # after the backup
         train_started = time.perf_counter()
         model.fit(
             train_dataset,

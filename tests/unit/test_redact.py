@@ -36,3 +36,28 @@ def test_with_credentials_restores_the_password_from_the_environment_for_databas
     # local stores are left alone.
     for uri in ("postgresql://a:own@db/m", "https://mlflow.example.com", "sqlite:///x.db"):
         assert with_credentials(uri, environ) == uri
+
+
+def test_a_server_uri_with_credentials_is_probed_without_them():
+    import http.server
+    import threading
+
+    from components.tracking.store import check_reachable
+
+    class Health(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 (http.server's naming)
+            self.send_response(200 if self.path == "/health" else 404)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Health)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        # urllib refuses user:password in a URL; the probe must not report it unreachable.
+        assert check_reachable(f"http://alice:s3cret@127.0.0.1:{server.server_port}", 5) is None
+    finally:
+        server.shutdown()
+        server.server_close()
