@@ -135,6 +135,39 @@ def _registered(name: str) -> RegisteredModel:
     return _MODELS[name]
 
 
+def check_params(name: str, params: dict[str, object]) -> None:
+    """Checks `model.params` against what the registered builder `name` declares: every key
+    must be one of its keyword-only parameters, and a value must have the type of that
+    parameter's default (an int is a valid float). Called when the config is loaded, so a bad
+    parameter fails before the Ingest rather than inside the Trainer.
+
+    Raises:
+        ValueError: naming the model, the parameter and the received value.
+    """
+    builder = _registered(name).builder
+    _check_params(name, builder, params)
+    defaults = inspect.signature(builder).parameters
+    for key, value in params.items():
+        default = defaults[key].default
+        if default is inspect.Parameter.empty or default is None:
+            continue
+        if not _same_kind(value, default):
+            raise ValueError(
+                f"parameter {key!r} of model {name!r} must be a {type(default).__name__} "
+                f"like its default {default!r}. Received: {value!r}"
+            )
+
+
+def _same_kind(value: object, default: object) -> bool:
+    if isinstance(default, bool) or isinstance(value, bool):
+        return isinstance(value, bool) and isinstance(default, bool)
+    if isinstance(default, float):
+        return isinstance(value, (int, float))
+    if isinstance(default, (list, tuple)):
+        return isinstance(value, (list, tuple))
+    return isinstance(value, type(default))
+
+
 def _check_params(name: str, builder: ModelBuilder, params: dict[str, object]) -> None:
     """Raises a ValueError naming any parameter the builder does not accept."""
     parameters = list(inspect.signature(builder).parameters.values())

@@ -32,6 +32,7 @@ from pipelines.errors import (
     EXIT_USAGE,
     UsageError,
 )
+from pipelines.redact import redact_text, redact_tree
 
 
 @dataclass
@@ -45,6 +46,7 @@ class RunPlan:
 
 
 Planner = Callable[[Any, Any, Any], RunPlan]
+WORKSPACE_LOCK_FILE = "workspace.lock"
 
 # Each module adds its sub-commands with `register(commands)`; imports there stay light
 # (no TensorFlow at import time) so `mptfx --help` is instant.
@@ -56,6 +58,13 @@ COMMAND_MODULES: list[str] = [
     "pipelines.doctor",
     "components.serving.commands",
 ]
+
+
+class _RedactingFormatter(logging.Formatter):
+    """pipeline.log lines (tracebacks included) with every URI's password removed."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return redact_text(super().format(record))
 
 
 def _quiet_tensorflow() -> None:
@@ -77,7 +86,7 @@ def _library_output_to(log_path: Path, console_fd: int) -> Iterator[TextIO]:
     log_fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     console = os.fdopen(os.dup(saved[console_fd]), "w", buffering=1)
     handler = logging.StreamHandler(os.fdopen(os.dup(log_fd), "w", buffering=1))
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(_RedactingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger()
     previous_handlers, previous_level = list(root.handlers), root.level
     root.handlers = [handler]
@@ -202,20 +211,63 @@ def _print_summary(summary: dict[str, Any], out: TextIO) -> None:
         print(f"  {key + ':':<13} {value}", file=out)
 
 
+def check_writable_workspace(workspace_root: Path) -> None:
+    """Create the workspace folder and prove it takes a file, else exit 2 naming it."""
+    try:
+        workspace_root.mkdir(parents=True, exist_ok=True)
+        probe = workspace_root / f".write-test-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as error:
+        raise UsageError(f"workspace {workspace_root} is not writable: "
+                         f"{error.strerror or error}") from None
+
+
 def _command_run(args: argparse.Namespace, planner: Planner | None = None) -> int:
-    """`mptfx run`; other commands (retrain) reuse it with a planner."""
+    """`mptfx run`; other commands (retrain) reuse it with a planner.
+
+    Holds the workspace lock for the whole run: two runs in one workspace would share its
+    sqlite ML Metadata and MLflow stores and its pipeline root. The second one exits 0
+    naming the holder, as `mptfx retrain` does (a cron job must not pile up failures).
+    """
+    from pipelines.locking import RunLock
+
+    workspace_root = Path(args.workspace).resolve()
+    check_writable_workspace(workspace_root)
+    with RunLock(workspace_root / WORKSPACE_LOCK_FILE) as lock:
+        if not lock.acquired:
+            message = (f"mptfx {args.command}: workspace {workspace_root} is in use by another "
+                       f"run ({lock.describe_holder()}); nothing to do")
+            print(message, file=sys.stderr if args.json else sys.stdout)
+            if args.json:
+                print(json.dumps({"status": "skipped", "reason": message}, indent=2))
+            return EXIT_OK
+        return _run_in_workspace(args, workspace_root, planner)
+
+
+def _run_in_workspace(args: argparse.Namespace, workspace_root: Path,
+                      planner: Planner | None) -> int:
     _quiet_tensorflow()
     started = time.monotonic()
-    workspace_root = Path(args.workspace).resolve()
     run_id = _new_run_id()
     log_path = workspace_root / "runs" / run_id / "pipeline.log"
     # Our own lines go to the terminal: stdout, or stderr when stdout carries the JSON.
+    crash: Exception | None = None
     with _library_output_to(log_path, console_fd=2 if args.json else 1) as out:
-        summary, error = _run_pipeline(
-            args, workspace_root, run_id, log_path, started, out, planner
-        )
-        if summary["status"] != "skipped":
-            _print_summary(summary, out)
+        try:
+            summary, error = _run_pipeline(
+                args, workspace_root, run_id, log_path, started, out, planner
+            )
+        except UsageError:
+            raise
+        except Exception as failure:  # outside any component: the traceback goes to the log
+            logging.getLogger("mptfx").exception("mptfx %s %s stopped", args.command, run_id)
+            crash = failure
+        else:
+            if summary["status"] != "skipped":
+                _print_summary(summary, out)
+    if crash is not None:
+        return _report_crash(crash, log_path)
     if args.json:
         print(json.dumps(summary, indent=2, default=str))
     if isinstance(error, KeyboardInterrupt):
@@ -224,6 +276,17 @@ def _command_run(args: argparse.Namespace, planner: Planner | None = None) -> in
         print(f"mptfx: error: {summary['error']} (full log: {log_path})", file=sys.stderr)
         return EXIT_PIPELINE_FAILED
     return EXIT_OK
+
+
+def _report_crash(crash: Exception, log_path: Path) -> int:
+    """One line for an error raised outside the components: a path the OS refused is the
+    user's to fix (exit 2, naming it); anything else is a failed run (exit 1)."""
+    if isinstance(crash, OSError) and crash.filename:
+        reason = crash.strerror or _one_line(crash)
+        raise UsageError(f"cannot use {crash.filename}: {reason} (full log: {log_path})")
+    print(f"mptfx: error: {redact_text(_one_line(crash))} (full log: {log_path})",
+          file=sys.stderr)
+    return EXIT_PIPELINE_FAILED
 
 
 def _run_pipeline(
@@ -257,7 +320,8 @@ def _run_pipeline(
         "spans": data.spans,
         "summary_path": str(run_dir / "summary.json"),
         "log_path": str(log_path),
-        "config": config.model_dump(),
+        # Redacted: summary.json, MLflow params and the model card all copy this.
+        "config": redact_tree(config.model_dump()),
     }
     if plan.skip_reason:
         print(f"mptfx {args.command} {run_id}: {plan.skip_reason}; nothing to do", file=out)
@@ -270,6 +334,7 @@ def _run_pipeline(
     from components import tracking
 
     tracking_store = tracking.resolve_store(config, workspace.root, out)  # exit 2 if required
+    from components.ingest.errors import DataError
     from models.user_module import UserModelError
     from pipelines.local_runner import RunProgress, run_locally
     from pipelines.pipeline import create_pipeline
@@ -277,7 +342,7 @@ def _run_pipeline(
 
     try:
         pipeline = create_pipeline(config, workspace, data, schema_file=plan.schema_file)
-    except UserModelError as error:  # the model file could not be staged
+    except (UserModelError, DataError) as error:  # model file not staged; data fingerprint
         raise UsageError(str(error)) from None
     print(f"mptfx run {run_id}: {len(pipeline.components)} components, "
           f"workspace {workspace.root}, log {log_path}", file=out)
@@ -301,7 +366,8 @@ def _run_pipeline(
     if error is not None:
         base["status"] = "failed"
         base["failed_component"] = progress.failed_component
-        base["error"] = f"{progress.failed_component or 'pipeline'} failed: {_one_line(error)}"
+        base["error"] = (f"{progress.failed_component or 'pipeline'} failed: "
+                         f"{redact_text(_one_line(error))}")
     nodes = collect_outputs(pipeline.metadata_connection_config, config.pipeline.name, run_id)
     timings = {name: t.seconds for name, t in progress.timings.items()}
     summary = build_summary(nodes, timings, base)
@@ -348,7 +414,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.handler(args)
     except UsageError as error:
-        print(f"mptfx: error: {error}", file=sys.stderr)
+        print(f"mptfx: error: {redact_text(str(error))}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("mptfx: interrupted", file=sys.stderr)

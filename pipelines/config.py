@@ -28,6 +28,9 @@ DEFAULT_CONFIG_PATH = Path("configs/local.yaml")
 BUILTIN_DIGITS = "builtin:digits"
 # Small 3D volumes (a cube or a sphere in noise) with voxel masks, for segmentation models.
 SYNTHETIC_VOLUMES = "synthetic:volumes"
+# Every stored image is this size when data.image_size is set: 8192x8192x3 uint8 is 200 MB
+# per image before the batch multiplies it.
+MAX_IMAGE_SIDE = 8192
 
 
 class ConfigError(ValueError):
@@ -35,7 +38,9 @@ class ConfigError(ValueError):
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    # strict=True: YAML `true` is not the int 1, nor "3" the int 3 (a float field still
+    # takes an int, as JSON Schema's number does).
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, strict=True)
 
 
 class PipelineSection(_Section):
@@ -68,6 +73,18 @@ class DataSection(_Section):
     resize_method: Literal["stretch", "pad"] = "stretch"
     channels: Literal["auto", "1", "3"] = "auto"
     max_bad_fraction: float = Field(0.01, ge=0.0, le=1.0)
+    # Header-first limits: a larger image is quarantined with the reason, never decoded.
+    # The default is Pillow's decompression-bomb threshold.
+    max_pixels: int = Field(89_478_485, ge=1)
+    max_file_mb: float = Field(100.0, gt=0)
+
+    @field_validator("source")
+    @classmethod
+    def _not_empty(cls, source: str) -> str:
+        if not source.strip():
+            raise ValueError("data.source must name a folder, builtin:digits or "
+                             "synthetic:volumes (an empty value would ingest the current folder)")
+        return source
 
     @field_validator("splits")
     @classmethod
@@ -83,6 +100,9 @@ class DataSection(_Section):
     def _two_positive_ints(cls, size: list[int] | None) -> list[int] | None:
         if size is not None and (len(size) != 2 or min(size) < 1):
             raise ValueError(f"image_size must be [height, width] or null. Received: {size}")
+        if size is not None and max(size) > MAX_IMAGE_SIDE:
+            raise ValueError(f"image_size sides must be at most {MAX_IMAGE_SIDE}. "
+                             f"Received: {size}")
         return size
 
 
@@ -119,6 +139,16 @@ class ModelSection(_Section):
         if name not in available_models():
             raise ValueError(f"unknown model {name!r}; available: {', '.join(available_models())}")
         return name
+
+    @field_validator("params")
+    @classmethod
+    def _accepted_by_builder(cls, params: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        # Checked here, not only in the Trainer, so a typo fails before the Ingest runs.
+        from models.registry import check_params  # deferred: imports TensorFlow
+
+        if "name" in info.data:
+            check_params(info.data["name"], params)
+        return params
 
 
 class LossScaleSection(_Section):
@@ -398,9 +428,13 @@ def load_config(path: str | os.PathLike | None = None, overrides: list[str] = ()
     source = Path(path) if path else (DEFAULT_CONFIG_PATH if DEFAULT_CONFIG_PATH.exists() else None)
     if source is not None:
         try:
-            loaded = yaml.safe_load(source.read_text())
+            loaded = yaml.safe_load(source.read_text(encoding="utf-8"))
         except FileNotFoundError:
             raise ConfigError(f"config file not found: {source}") from None
+        except UnicodeDecodeError as error:
+            raise ConfigError(f"cannot read config file {source}: not UTF-8 text (byte "
+                              f"{error.object[error.start]:#04x} at offset {error.start})") \
+                from None
         except (OSError, yaml.YAMLError) as error:
             reason = str(error).splitlines()[0]
             raise ConfigError(f"cannot read config file {source}: {reason}") from None

@@ -17,8 +17,10 @@ from __future__ import annotations
 import datetime
 import fcntl
 import json
+import logging
 import os
 import socket
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -116,7 +118,12 @@ class DatabaseRunLock:
         self.url = f"postgresql://{user}@{host}:{port}/{database}"
         self._params = {"host": host, "port": port, "dbname": database, "user": user,
                         "password": password, "connect_timeout": connect_timeout,
-                        "application_name": "mptfx-lock"}
+                        "application_name": "mptfx-lock",
+                        # libpq TCP keepalives: a half-open connection (a node gone, a
+                        # network cut) is noticed in ~1 min, so the server frees the lock
+                        # instead of holding it for the kernel's 2-hour default.
+                        "keepalives": 1, "keepalives_idle": 30, "keepalives_interval": 10,
+                        "keepalives_count": 3}
         self.acquired = False
         self.took_over = False
         self.holder: dict[str, Any] = {}
@@ -166,18 +173,77 @@ class DatabaseRunLock:
         except ValueError:
             return {}
 
+    def is_held(self) -> bool:
+        """True while this lock's database session is alive (the lock is still ours).
+
+        A PostgreSQL restart or a dropped connection ends the session and with it the
+        advisory lock, so another run may already hold it.
+        """
+        import psycopg2
+
+        if self._connection is None:
+            return False
+        try:
+            with self._connection.cursor() as cursor:
+                cursor.execute("SELECT 1")
+            return True
+        except psycopg2.Error:
+            return False
+
     def __exit__(self, *exc_info: object) -> None:
+        import psycopg2
+
         if self._connection is None:
             return
-        with self._connection.cursor() as cursor:
-            cursor.execute(f"DELETE FROM {self.TABLE} WHERE name = %s", (self.name,))
-            cursor.execute("SELECT pg_advisory_unlock(hashtext(%s))", (self.name,))
-        self._connection.close()
-        self._connection = None
+        try:
+            with self._connection.cursor() as cursor:
+                cursor.execute(f"DELETE FROM {self.TABLE} WHERE name = %s", (self.name,))
+                cursor.execute("SELECT pg_advisory_unlock(hashtext(%s))", (self.name,))
+        except psycopg2.Error as error:
+            # The session is gone, and the lock with it; raising here would replace the
+            # run's real result (its exit code, its own error) with this one.
+            logging.getLogger(__name__).warning(
+                "lock %s: the database session ended before release (%s); the server "
+                "already freed the lock", self.name, " ".join(str(error).split()))
+        finally:
+            try:
+                self._connection.close()
+            except psycopg2.Error:
+                pass
+            self._connection = None
 
     def describe_holder(self) -> str:
         """`since …, pid 123 on pod-x` (+ `, no longer running` for a lock taken over)."""
         return _describe(self.holder) + (", no longer running" if self.took_over else "")
+
+
+class LockHeartbeat:
+    """Checks every `interval` seconds that `lock` is still held; calls `on_lost` once when
+    it is not (its database session ended: the run must stop, another may have started).
+
+        with DatabaseRunLock(...) as lock, LockHeartbeat(lock, 30, stop_the_run):
+            ...
+    """
+
+    def __init__(self, lock: DatabaseRunLock, interval: float, on_lost: Any):
+        self.lock, self.interval, self.on_lost = lock, interval, on_lost
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name="mptfx-lock-heartbeat",
+                                        daemon=True)
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self.interval):
+            if not self.lock.is_held():
+                self.on_lost()
+                return
+
+    def __enter__(self) -> LockHeartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._stop.set()
+        self._thread.join()
 
 
 def _describe(holder: dict[str, Any]) -> str:

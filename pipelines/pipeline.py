@@ -167,6 +167,8 @@ def create_pipeline(
         resize_method=config.data.resize_method,
         channels=config.data.channels,
         max_bad_fraction=config.data.max_bad_fraction,
+        max_pixels=config.data.max_pixels,
+        max_file_mb=config.data.max_file_mb,
         # Part of the execution's inputs, so TFX's cache re-ingests exactly when files change.
         input_fingerprint=compute_input_fingerprint(data.root),
         span=data.span,
@@ -226,6 +228,7 @@ def create_pipeline(
         uint8_io=int(config.tflite.uint8_io),
         representative_samples=config.tflite.representative_samples,
         parity_limit=config.tflite.parity_limit,
+        keep_versions=config.pusher.keep_versions,
     ).with_id("TFLite")
 
     components = [

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -115,6 +116,7 @@ def plan_retrain(config: Any, workspace: Any, data: Any, metadata: Any = None) -
 
 def _command_retrain(args: argparse.Namespace) -> int:
     from pipelines.cli import _command_run
+    from pipelines.locking import LockHeartbeat
 
     if args.runner == "kubernetes":
         return _retrain_on_kubernetes(args)
@@ -127,7 +129,22 @@ def _command_retrain(args: argparse.Namespace) -> int:
         if lock.took_over:
             print(f"mptfx retrain: took over the lock of a run that did not finish "
                   f"({lock.describe_holder()})", file=sys.stderr)
-        return _command_run(args, planner=plan_retrain)
+        if args.lock != "database":
+            return _command_run(args, planner=plan_retrain)
+        with LockHeartbeat(lock, HEARTBEAT_SECONDS, _stop_run_lock_lost):
+            return _command_run(args, planner=plan_retrain)
+
+
+# How often a database lock's session is checked; a lost session stops the run.
+HEARTBEAT_SECONDS = 30.0
+
+
+def _stop_run_lock_lost() -> None:
+    # SIGINT ends the run the way Ctrl-C does: components stop, summary.json says so,
+    # exit 130; going on would let two retrainings run at once.
+    print("mptfx retrain: the lock's database session is gone (database restarted or "
+          "unreachable); stopping this run", file=sys.__stderr__, flush=True)
+    os.kill(os.getpid(), signal.SIGINT)
 
 
 def _say_already_running(args: argparse.Namespace, lock: Any) -> None:

@@ -102,6 +102,7 @@ def _data_section(nodes: dict) -> dict[str, Any]:
         quarantine = _read_json(os.path.join(report.uri, "quarantine.json")) or {}
         section["images"] = quarantine.get("total")
         section["quarantined"] = quarantine.get("bad")
+        section["ignored"] = len(quarantine.get("ignored", []))
         section["split_counts"] = quarantine.get("split_counts")
         section["quarantine_report"] = os.path.join(report.uri, "quarantine.json")
     return section

@@ -22,6 +22,7 @@ from tfx.proto import example_gen_pb2
 from tfx.types import artifact_utils, standard_artifacts
 from tfx.types.artifact import Artifact
 
+from components.ingest.headers import DEFAULT_MAX_FILE_MB, DEFAULT_MAX_PIXELS, SizeLimits
 from components.ingest.ingest import QUARANTINE_FILE, ingest
 from components.ingest.reader import parse_image_size
 from components.ingest.splits import parse_split_ratios
@@ -55,6 +56,8 @@ def ImageExampleGen(  # noqa: N802 (TFX names components like classes)
     input_fingerprint: Parameter[str] = "",
     span: Parameter[int] = 0,
     span_dirs: Parameter[str] = "[]",
+    max_pixels: Parameter[int] = DEFAULT_MAX_PIXELS,
+    max_file_mb: Parameter[float] = DEFAULT_MAX_FILE_MB,
 ) -> None:
     """Ingest an image-folder tree or a folder of tf.Example TFRecords into `examples`.
 
@@ -72,6 +75,8 @@ def ImageExampleGen(  # noqa: N802 (TFX names components like classes)
         span: stored as the `span` property (0 when spans are not used): the latest span.
         span_dirs: JSON list of span folders below `data_root` to ingest together (a
             rolling window); `[]` ingests `data_root` itself.
+        max_pixels: quarantine, without decoding, an image whose header has more pixels.
+        max_file_mb: quarantine, without reading it, a larger file.
     """
     ratios = parse_split_ratios(splits)
     ingest(
@@ -85,6 +90,7 @@ def ImageExampleGen(  # noqa: N802 (TFX names components like classes)
         max_bad_fraction=max_bad_fraction,
         failure_report_path=_failure_report_path(quarantine.uri),
         span_dirs=json.loads(span_dirs),
+        limits=SizeLimits(max_pixels, max_file_mb),
     )
     examples.split_names = artifact_utils.encode_split_names(list(ratios))
     examples.span = span

@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from components.ingest.errors import DataError
+from components.ingest.headers import SizeLimits
 from components.ingest.listing import (
     is_tfrecord_dir,
     list_tfrecord_files,
@@ -18,13 +19,13 @@ from components.ingest.listing import (
 from components.ingest.reader import (
     ImagePolicy,
     decode_images,
-    native_channels,
     resolve_channels,
 )
 from components.ingest.sources import FolderSource, TFRecordSource
 from components.ingest.splits import SplitAssigner, parse_split_ratios
 from components.ingest.volume_source import VolumeSource, is_volume_dir
 from components.ingest.writer import SplitWriters, build_example, write_json
+from pipelines.faults import fault_point
 
 logger = logging.getLogger(__name__)
 
@@ -45,23 +46,27 @@ class IngestResult:
     report_path: str
 
 
-def _open_source(data_root: str, span_dirs: Sequence[str] = ()) -> FolderSource | TFRecordSource:
+def _open_source(data_root: str, span_dirs: Sequence[str] = (),
+                 limits: SizeLimits | None = None) -> FolderSource | TFRecordSource:
     if span_dirs:
-        return FolderSource(scan_span_folders(data_root, span_dirs))
+        return FolderSource(scan_span_folders(data_root, span_dirs), limits)
     if is_volume_dir(data_root):  # volume/mask pairs for segmentation (volume_source.py)
         return VolumeSource(data_root)
     if is_tfrecord_dir(data_root):
-        return TFRecordSource(list_tfrecord_files(data_root))
-    return FolderSource(scan_image_folder(data_root))
+        return TFRecordSource(list_tfrecord_files(data_root), limits)
+    return FolderSource(scan_image_folder(data_root), limits)
 
 
-def _quarantine_report(total: int, bad: list[dict[str, str]], max_bad_fraction: float) -> dict:
+def _quarantine_report(total: int, bad: list[dict[str, str]], max_bad_fraction: float,
+                       ignored: Sequence[str] = ()) -> dict:
     return {
         "total": total,
         "bad": len(bad),
         "bad_fraction": len(bad) / total if total else 0.0,
         "max_bad_fraction": max_bad_fraction,
         "files": bad,
+        # Non-image files (by extension), skipped as Keras does and not counted as bad.
+        "ignored": list(ignored),
     }
 
 
@@ -89,11 +94,13 @@ def ingest(
     max_bad_fraction: float = 0.01,
     failure_report_path: str | None = None,
     span_dirs: Sequence[str] = (),
+    limits: SizeLimits | None = None,
 ) -> IngestResult:
     """Ingest `data_root` (class folders or TFRecords) into `examples_dir` (the Examples URI).
 
     Writes `<examples_dir>/Split-<name>/data_tfrecord-00000-of-00001.gz`,
-    `<examples_dir>/labels.json` and the quarantine report at `report_path`. When the run
+    `<examples_dir>/labels.json` and the quarantine report at `report_path`. Images over
+    `limits` (header pixels, file size) are quarantined without being decoded. When the run
     fails for too many bad files, the report is also copied to `failure_report_path`
     (somewhere the orchestrator does not delete with the failed outputs).
 
@@ -109,20 +116,19 @@ def ingest(
     # Build the policy now so a bad option fails before any slow work; channels come later.
     resolve_channels(channels, [])
     policy = ImagePolicy(3, image_size, resize_method)
-    source = _open_source(data_root, span_dirs)
+    source = _open_source(data_root, span_dirs, limits)
     logger.info("Ingest started: %d files from %s", len(source), source.description)
 
     if channels == "auto":
-        # "auto" needs every image's channel count before the first one is written, which
-        # costs one extra decode pass.
-        native = native_channels(source.dataset()).values()
-        policy = replace(policy, channels=resolve_channels(channels, native))
+        # "auto" needs every image's channel count before the first one is written; the
+        # headers read by the size check tell it without decoding anything.
+        policy = replace(policy, channels=resolve_channels(channels, source.native_channels()))
     else:
         policy = replace(policy, channels=int(channels))
 
     counts, bad = _write_examples(source, policy, assign_split, examples_dir)
     write_json(os.path.join(examples_dir, LABELS_FILE), {"label_names": source.label_names})
-    report = _quarantine_report(len(source), bad, max_bad_fraction)
+    report = _quarantine_report(len(source), bad, max_bad_fraction, source.ignored)
     report["split_counts"] = counts
     write_json(report_path, report)
     if report["bad_fraction"] > max_bad_fraction:
@@ -162,6 +168,8 @@ def _write_examples(
                 continue
             example = build_example(image, item.label, item.label_name, item.filename, item.example)
             writers.write(assign_split(item.split_key), example)
+            if index == len(source) // 2:
+                fault_point("ingest")
     return dict(writers.counts), bad
 
 

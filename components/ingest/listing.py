@@ -6,7 +6,7 @@ import hashlib
 import logging
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from components.ingest.errors import DataError
@@ -14,6 +14,9 @@ from components.ingest.errors import DataError
 logger = logging.getLogger(__name__)
 
 TFRECORD_SUFFIXES = (".tfrecord", ".tfrecord.gz", ".tfrecords", ".gz")
+# What Keras' image_dataset_from_directory takes (and what tf.io.decode_image reads); other
+# files are listed as ignored in the quarantine report instead of counting as bad.
+IMAGE_SUFFIXES = (".bmp", ".gif", ".jpeg", ".jpg", ".png")
 
 
 @dataclass(frozen=True)
@@ -29,6 +32,43 @@ class ImageListing:
     files: list[str]
     labels: list[int]
     label_names: list[str]
+    # Non-image files in the class folders (relative paths): skipped, not counted as bad.
+    ignored: list[str] = field(default_factory=list)
+
+
+def is_image_file(name: str) -> bool:
+    """True for the image extensions Keras' `image_dataset_from_directory` takes."""
+    return name.lower().endswith(IMAGE_SUFFIXES)
+
+
+def _printable(path: str | os.PathLike) -> str:
+    """The path as a person can read it: undecodable bytes shown as `\\xNN`."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
+
+
+def _check_name(path: Path) -> None:
+    """Refuse names TF, JSON and labels.txt cannot carry: non-UTF-8 bytes, line breaks."""
+    try:
+        path.name.encode("utf-8")
+    except UnicodeEncodeError:
+        raise DataError(f"file name is not valid UTF-8: {_printable(path)}; rename it") from None
+    if any(not char.isprintable() for char in path.name):
+        raise DataError(f"file name has a control character (e.g. a line break): "
+                        f"{path.name!r} in {_printable(path.parent)}; rename it")
+
+
+def _check_link(path: Path, root: Path) -> None:
+    """A symbolic link must resolve to something that exists inside the data root."""
+    if not path.is_symlink():
+        return
+    target = Path(os.path.realpath(path))
+    if not target.exists():
+        raise DataError(f"dangling symbolic link {_printable(path)} -> "
+                        f"{_printable(os.readlink(path))}; remove or fix it")
+    real_root = Path(os.path.realpath(root))
+    if target != real_root and real_root not in target.parents:
+        raise DataError(f"symbolic link {_printable(path)} points outside the data root "
+                        f"{_printable(root)} (to {_printable(target)}); copy the file in instead")
 
 
 def _is_hidden(name: str) -> bool:
@@ -36,27 +76,57 @@ def _is_hidden(name: str) -> bool:
 
 
 def _visible_entries(directory: Path) -> list[Path]:
-    return sorted(entry for entry in directory.iterdir() if not _is_hidden(entry.name))
+    try:
+        return sorted(entry for entry in directory.iterdir() if not _is_hidden(entry.name))
+    except OSError as error:
+        raise DataError(f"cannot read folder {_printable(directory)}: "
+                        f"{error.strerror or error}") from None
 
 
-def _files_under(class_dir: Path, root: Path) -> list[str]:
-    """Relative paths of every non-hidden file below `class_dir`, hidden folders pruned."""
+def _raise_walk_error(error: OSError) -> None:
+    # os.walk skips unreadable folders silently unless told otherwise; a skipped folder
+    # would silently drop its images from the data set.
+    raise DataError(f"cannot read folder {_printable(error.filename)}: "
+                    f"{error.strerror or error}")
+
+
+def _walk_files(class_dir: Path, root: Path) -> list[str]:
+    """Relative paths of every non-hidden file below `class_dir`, hidden folders pruned;
+    names and links are checked first, so nothing below can fail on them."""
     found = []
-    for dirpath, dirnames, filenames in os.walk(class_dir):
+    for dirpath, dirnames, filenames in os.walk(class_dir, onerror=_raise_walk_error):
         # Editing dirnames in place is how os.walk is told not to descend into hidden folders.
         dirnames[:] = sorted(name for name in dirnames if not _is_hidden(name))
+        for name in dirnames:
+            _check_name(Path(dirpath) / name)
+            _check_link(Path(dirpath) / name, root)
         for name in sorted(filenames):
             if not _is_hidden(name):
+                _check_name(Path(dirpath) / name)
+                _check_link(Path(dirpath) / name, root)
                 found.append((Path(dirpath) / name).relative_to(root).as_posix())
     return found
 
 
+def _files_under(class_dir: Path, root: Path) -> tuple[list[str], list[str]]:
+    """(image files, ignored non-image files) below `class_dir`, as relative paths."""
+    every = _walk_files(class_dir, root)
+    images = [name for name in every if is_image_file(name)]
+    return images, [name for name in every if not is_image_file(name)]
+
+
 def _check_directory(root: str | os.PathLike) -> Path:
     path = Path(root)
-    if not path.exists():
-        raise DataError(f"data root {path} does not exist")
-    if not path.is_dir():
-        raise DataError(f"data root {path} is not a directory")
+    try:
+        exists, is_dir = path.exists(), path.is_dir()
+    except (OSError, UnicodeError) as error:
+        raise DataError(f"cannot read data root {_printable(path)}: {error}") from None
+    if not exists:
+        raise DataError(f"data root {_printable(path)} does not exist")
+    if not is_dir:
+        raise DataError(f"data root {_printable(path)} is not a directory")
+    if not os.access(path, os.R_OK | os.X_OK):
+        raise DataError(f"cannot read data root {_printable(path)}: permission denied")
     return path
 
 
@@ -91,16 +161,21 @@ def list_tfrecord_files(root: str | os.PathLike) -> list[str]:
 def scan_image_folder(root: str | os.PathLike) -> ImageListing:
     """List the images under `root`, one sub-folder per class (searched recursively).
 
-    Every non-hidden file is listed whatever its extension: files that do not decode are
-    quarantined later with a reason, rather than silently skipped here. Files directly in
-    `root` belong to no class and are ignored with a warning.
+    Image files (`IMAGE_SUFFIXES`, any case) are listed; files that do not decode are
+    quarantined later with a reason. Other files are returned in `ignored`, as Keras'
+    `image_dataset_from_directory` skips them. Files directly in `root` belong to no class
+    and are ignored with a warning.
 
     Raises:
-        DataError: `root` is missing, not a directory, empty, has fewer than 2 class
-            folders, or has a class folder without files.
+        DataError: `root` is missing, not a directory, unreadable, empty, has fewer than 2
+            class folders, a class folder without images, a name that is not UTF-8 or has a
+            control character, or a symbolic link that dangles or leaves `root`.
     """
     path = _check_directory(root)
     entries = _visible_entries(path)
+    for entry in entries:
+        _check_name(entry)
+        _check_link(entry, path)
     class_dirs = [entry for entry in entries if entry.is_dir()]
     loose_files = [entry.name for entry in entries if not entry.is_dir()]
     if not class_dirs:
@@ -125,16 +200,21 @@ def scan_image_folder(root: str | os.PathLike) -> ImageListing:
 
     files: list[str] = []
     labels: list[int] = []
+    ignored: list[str] = []
     for label, class_dir in enumerate(class_dirs):
-        class_files = _files_under(class_dir, path)
+        class_files, class_ignored = _files_under(class_dir, path)
+        ignored.extend(class_ignored)
         if not class_files:
             # Dropping the class would shift every later label index, so refuse instead.
-            raise DataError(f"class folder {class_dir} has no files; remove it or add images")
+            raise DataError(f"class folder {class_dir} has no image files "
+                            f"({', '.join(IMAGE_SUFFIXES)}); remove it or add images")
         files.extend(class_files)
         labels.extend([label] * len(class_files))
-    return ImageListing(
-        root=str(path), files=files, labels=labels, label_names=[d.name for d in class_dirs]
-    )
+    if ignored:
+        logger.warning("Ignoring %d non-image files under %s: %s", len(ignored), path,
+                       ignored[:5])
+    return ImageListing(root=str(path), files=files, labels=labels,
+                        label_names=[d.name for d in class_dirs], ignored=ignored)
 
 
 def scan_span_folders(root: str | os.PathLike, span_dirs: Sequence[str]) -> ImageListing:
@@ -151,10 +231,13 @@ def scan_span_folders(root: str | os.PathLike, span_dirs: Sequence[str]) -> Imag
     label_names = sorted({name for listing in per_span for name in listing.label_names})
     files: list[str] = []
     labels: list[int] = []
+    ignored: list[str] = []
     for span_dir, listing in zip(span_dirs, per_span, strict=True):
         files.extend(f"{span_dir}/{relative}" for relative in listing.files)
         labels.extend(label_names.index(listing.label_names[label]) for label in listing.labels)
-    return ImageListing(root=str(path), files=files, labels=labels, label_names=label_names)
+        ignored.extend(f"{span_dir}/{relative}" for relative in listing.ignored)
+    return ImageListing(root=str(path), files=files, labels=labels, label_names=label_names,
+                        ignored=ignored)
 
 
 def compute_input_fingerprint(root: str | os.PathLike) -> str:
@@ -163,10 +246,18 @@ def compute_input_fingerprint(root: str | os.PathLike) -> str:
     Cheap (no file is read), so the pipeline builder can call it on every run and pass the
     result to `ImageExampleGen(input_fingerprint=...)`: TFX's cache then re-ingests exactly
     when a file is added, removed, replaced or touched.
+
+    Raises:
+        DataError: naming the path, for the names and links `scan_image_folder` refuses
+            and for a file that cannot be stat'ed.
     """
     path = _check_directory(root)
     digest = hashlib.sha256()
-    for relative in _files_under(path, path):
-        stat = (path / relative).stat()
+    for relative in _walk_files(path, path):
+        try:
+            stat = (path / relative).stat()
+        except OSError as error:
+            raise DataError(f"cannot read {_printable(path / relative)}: "
+                            f"{error.strerror or error}") from None
         digest.update(f"{relative}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
     return digest.hexdigest()

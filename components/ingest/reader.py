@@ -90,17 +90,25 @@ def resolve_channels(requested: str, native_channels: Iterable[int]) -> int:
     return 1 if all(count <= 2 for count in native_channels) else 3
 
 
-def files_dataset(paths: Sequence[str]) -> tf.data.Dataset:
-    """`(index, bytes)` for each file, read inside the tf.data pipeline."""
+def skip_indices(dataset: tf.data.Dataset, skip: Sequence[bool]) -> tf.data.Dataset:
+    """Drop the `(index, ...)` elements whose `skip[index]` is true, before they are read:
+    files the header check quarantined must never reach a decoder."""
+    if not any(skip):
+        return dataset
+    mask = tf.constant(list(skip), dtype=tf.bool)
+    return dataset.filter(lambda index, *_: tf.logical_not(tf.gather(mask, index)))
+
+
+def files_dataset(paths: Sequence[str], skip: Sequence[bool] = ()) -> tf.data.Dataset:
+    """`(index, bytes)` for each file not skipped, read inside the tf.data pipeline."""
     indices = tf.range(len(paths), dtype=tf.int64)
     names = tf.constant(list(paths), dtype=tf.string)
 
     def read(index: tf.Tensor, path: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         return index, tf.io.read_file(path)
 
-    return tf.data.Dataset.from_tensor_slices((indices, names)).map(
-        read, num_parallel_calls=tf.data.AUTOTUNE
-    )
+    listed = tf.data.Dataset.from_tensor_slices((indices, names))
+    return skip_indices(listed, skip).map(read, num_parallel_calls=tf.data.AUTOTUNE)
 
 
 def _decode(data: tf.Tensor) -> tf.Tensor:
@@ -109,14 +117,19 @@ def _decode(data: tf.Tensor) -> tf.Tensor:
 
 
 def _drop_alpha(image: tf.Tensor) -> tf.Tensor:
-    """float32 image without alpha: 2 (gray+alpha) and 4 (RGBA) channels composite onto white."""
-    pixels = tf.cast(image, tf.float32)
+    """uint8 image without alpha: 2 (gray+alpha) and 4 (RGBA) channels composite onto white.
+
+    Only images with alpha pass through float32; the others stay uint8, so a large image
+    costs no 4-byte-per-pixel copy.
+    """
 
     def composite() -> tf.Tensor:
+        pixels = tf.cast(image, tf.float32)
         alpha = pixels[..., -1:] / 255.0
-        return pixels[..., :-1] * alpha + 255.0 * (1.0 - alpha)
+        flat = pixels[..., :-1] * alpha + 255.0 * (1.0 - alpha)
+        return tf.cast(tf.clip_by_value(tf.round(flat), 0.0, 255.0), tf.uint8)
 
-    return tf.cond(tf.shape(pixels)[-1] % 2 == 0, composite, lambda: pixels)
+    return tf.cond(tf.shape(image)[-1] % 2 == 0, composite, lambda: image)
 
 
 def _to_channels(pixels: tf.Tensor, channels: int) -> tf.Tensor:
@@ -124,6 +137,7 @@ def _to_channels(pixels: tf.Tensor, channels: int) -> tf.Tensor:
     if channels == 3:
         converted = tf.cond(is_gray, lambda: tf.tile(pixels, [1, 1, 3]), lambda: pixels)
     else:
+        # rgb_to_grayscale works in float and rounds back to the input's uint8.
         converted = tf.cond(
             is_gray, lambda: pixels, lambda: tf.image.rgb_to_grayscale(pixels[..., :3])
         )
@@ -140,25 +154,18 @@ def _resize(pixels: tf.Tensor, policy: ImagePolicy) -> tf.Tensor:
     return tf.image.resize(pixels, [height, width], method="bilinear", antialias=True)
 
 
-def _to_png(data: tf.Tensor, policy: ImagePolicy) -> tuple[tf.Tensor, tf.Tensor]:
-    """Encoded bytes → (PNG bytes, stored shape)."""
-    pixels = _resize(_to_channels(_drop_alpha(_decode(data)), policy.channels), policy)
-    image = tf.cast(tf.clip_by_value(tf.round(pixels), 0.0, 255.0), tf.uint8)
+def _convert(decoded: tf.Tensor, policy: ImagePolicy) -> tuple[tf.Tensor, tf.Tensor]:
+    """Decoded uint8 image → (PNG bytes, stored shape)."""
+    image = _to_channels(_drop_alpha(decoded), policy.channels)
+    if policy.image_size is not None:
+        resized = _resize(tf.cast(image, tf.float32), policy)
+        image = tf.cast(tf.clip_by_value(tf.round(resized), 0.0, 255.0), tf.uint8)
     return tf.io.encode_png(image), tf.shape(image, out_type=tf.int64)
 
 
-def native_channels(source: tf.data.Dataset) -> dict[int, int]:
-    """Index → channel count as stored on disk, for every element that decodes."""
-
-    def channel_count(index: tf.Tensor, data: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-        return index, tf.shape(_decode(data))[-1]
-
-    probed = (
-        source.map(channel_count, num_parallel_calls=tf.data.AUTOTUNE)
-        .ignore_errors(log_warning=False)
-        .prefetch(tf.data.AUTOTUNE)
-    )
-    return {int(index): int(count) for index, count in probed.as_numpy_iterator()}
+def _to_png(data: tf.Tensor, policy: ImagePolicy) -> tuple[tf.Tensor, tf.Tensor]:
+    """Encoded bytes → (PNG bytes, stored shape)."""
+    return _convert(_decode(data), policy)
 
 
 def decode_images(source: tf.data.Dataset, policy: ImagePolicy) -> Iterator[DecodedImage]:
@@ -188,11 +195,11 @@ def describe_decode_failure(data: bytes, policy: ImagePolicy) -> str:
     if not data:
         return "empty file (0 bytes)"
     try:
-        _decode(tf.constant(data))
+        decoded = _decode(tf.constant(data))
     except tf.errors.OpError as error:
         return f"{UNDECODABLE}: {_tf_message(error)}"
     try:
-        _to_png(tf.constant(data), policy)
+        _convert(decoded, policy)  # the decoded pixels, not a second decode
     except tf.errors.OpError as error:
         return f"decoded but could not be converted: {_tf_message(error)}"
     return "dropped by the tf.data pipeline (it decodes on its own; please report this file)"

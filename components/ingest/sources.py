@@ -3,6 +3,9 @@
 Both sources offer the same three things to the writer: a tf.data dataset of
 `(index, encoded image bytes)` for the decode pipeline, the per-element metadata in the same
 index order (`items()`), and a way to explain a failed element for the quarantine report.
+Both check every image's header first (`headers.py`): an element over the size limits is
+quarantined with the reason and never reaches the decoder, and the headers' channel
+counts answer `channels: auto` without a decode pass.
 """
 
 from __future__ import annotations
@@ -16,8 +19,18 @@ import tensorflow as tf
 from google.protobuf.message import DecodeError
 
 from components.ingest.errors import DataError
+from components.ingest.headers import HeaderCheck, SizeLimits, check_bytes, check_file
 from components.ingest.listing import ImageListing
-from components.ingest.reader import ImagePolicy, describe_decode_failure, files_dataset
+from components.ingest.reader import (
+    ImagePolicy,
+    describe_decode_failure,
+    files_dataset,
+    skip_indices,
+)
+
+# Class indices become the width of the Trainer's output layer and lines of labels.txt;
+# a record claiming label 2**40 must not make either that large.
+MAX_LABEL = 65535
 
 
 @dataclass(frozen=True)
@@ -36,27 +49,36 @@ class SourceItem:
 class FolderSource:
     """Images listed by `scan_image_folder`; the split key is the relative path."""
 
-    def __init__(self, listing: ImageListing):
+    def __init__(self, listing: ImageListing, limits: SizeLimits | None = None):
         self.listing = listing
         self.label_names = list(listing.label_names)
         self.description = f"image folder {listing.root}"
+        self.ignored = list(listing.ignored)
+        self._paths = [os.path.join(listing.root, f) for f in listing.files]
+        self._headers = [check_file(path, limits or SizeLimits()) for path in self._paths]
 
     def __len__(self) -> int:
         return len(self.listing.files)
 
     def dataset(self) -> tf.data.Dataset:
-        """`(index, file bytes)`, read by tf.data."""
-        return files_dataset([os.path.join(self.listing.root, f) for f in self.listing.files])
+        """`(index, file bytes)`, read by tf.data; files the header check refused are skipped."""
+        return files_dataset(self._paths, [bool(h.problem) for h in self._headers])
+
+    def native_channels(self) -> list[int]:
+        """The decoded channel count of every file whose header passed."""
+        return _known_channels(self._headers)
 
     def items(self) -> Iterator[SourceItem]:
         """One item per listed file, in index order."""
-        for relative, label in zip(self.listing.files, self.listing.labels, strict=True):
+        rows = zip(self.listing.files, self.listing.labels, self._headers, strict=True)
+        for relative, label, header in rows:
             yield SourceItem(
                 path=relative,
                 split_key=relative,
                 filename=relative,
                 label=label,
                 label_name=self.label_names[label],
+                problem=header.problem,
             )
 
     def describe_failure(self, item: SourceItem, policy: ImagePolicy) -> str:
@@ -67,6 +89,18 @@ class FolderSource:
         except OSError as error:
             return f"unreadable file: {error.strerror or error}"
         return describe_decode_failure(data, policy)
+
+
+def _known_channels(headers: list[HeaderCheck]) -> list[int]:
+    return [h.channels for h in headers if h.problem is None and h.channels is not None]
+
+
+def _check_label_name(name: str, label: int, where: str) -> str:
+    # A line break in a name would shift every following line of labels.txt.
+    if any(not char.isprintable() for char in name):
+        raise DataError(f"label_name {name!r} of label {label} ({where}) has a control "
+                        "character (e.g. a line break)")
+    return name
 
 
 def _compression(path: str) -> str:
@@ -91,8 +125,8 @@ def _check_record(example: tf.train.Example) -> str | None:
     is_int64 = label is not None and label.WhichOneof("kind") == "int64_list"
     if not is_int64 or len(label.int64_list.value) != 1:
         return "missing required feature 'label' (one int64 value)"
-    if label.int64_list.value[0] < 0:
-        return f"label must be >= 0. Received: {label.int64_list.value[0]}"
+    if not 0 <= label.int64_list.value[0] <= MAX_LABEL:
+        return f"label must be in [0, {MAX_LABEL}]. Received: {label.int64_list.value[0]}"
     return None
 
 
@@ -105,9 +139,12 @@ class TFRecordSource:
     the record's bytes.
     """
 
-    def __init__(self, files: list[str]):
+    def __init__(self, files: list[str], limits: SizeLimits | None = None):
         self.files = files
         self.description = f"{len(files)} TFRecord files in {os.path.dirname(files[0])}"
+        self.ignored: list[str] = []
+        self._limits = limits or SizeLimits()
+        self._headers: list[HeaderCheck] = []
         self._compression = {path: _compression(path) for path in files}
         self._count, names = self._scan()
         self.label_names = [names.get(label, str(label)) for label in range(max(names) + 1)]
@@ -134,10 +171,14 @@ class TFRecordSource:
             count += 1
             example = self._parse(record)
             if example is None or _check_record(example) is not None:
+                self._headers.append(HeaderCheck())
                 continue  # quarantined later, with its reason
+            self._headers.append(check_bytes(_single_bytes(example, "image"), self._limits))
             label = example.features.feature["label"].int64_list.value[0]
             name = _single_bytes(example, "label_name")
             name = name.decode("utf-8", "replace") if name is not None else None
+            if name is not None:
+                _check_label_name(name, label, f"record {position} of {path}")
             known = names.get(label)
             if known is not None and name is not None and name != known:
                 raise DataError(
@@ -177,20 +218,27 @@ class TFRecordSource:
             spec = {"image": tf.io.FixedLenFeature([], tf.string, default_value="")}
             return index, tf.io.parse_single_example(record, spec)["image"]
 
-        return records.enumerate().map(image_bytes, num_parallel_calls=tf.data.AUTOTUNE)
+        skip = [bool(header.problem) for header in self._headers]
+        return skip_indices(records.enumerate(), skip).map(
+            image_bytes, num_parallel_calls=tf.data.AUTOTUNE)
+
+    def native_channels(self) -> list[int]:
+        """The decoded channel count of every usable record whose header passed."""
+        return _known_channels(self._headers)
 
     def items(self) -> Iterator[SourceItem]:
         """One item per record, in index order, carrying the parsed record."""
-        for path, position, record in self._records():
+        for index, (path, position, record) in enumerate(self._records()):
             where = f"{os.path.basename(path)}#{position}"
             example = self._parse(record)
             if example is None:
                 yield SourceItem(where, record, where, problem="not a serialized tf.train.Example")
                 continue
-            problem = _check_record(example)
+            problem = _check_record(example) or self._headers[index].problem
             filename = _single_bytes(example, "filename")
             filename = filename.decode("utf-8", "replace") if filename is not None else None
-            label = -1 if problem else example.features.feature["label"].int64_list.value[0]
+            label = -1 if _check_record(example) else \
+                example.features.feature["label"].int64_list.value[0]
             yield SourceItem(
                 path=filename or where,
                 split_key=filename if filename is not None else record,

@@ -14,6 +14,7 @@ treats as the sign of a complete model.
 from __future__ import annotations
 
 import logging
+import os
 import posixpath
 import time
 import uuid
@@ -21,7 +22,13 @@ from collections.abc import Callable, Collection
 
 import tensorflow as tf
 
+from pipelines.faults import fault_point
+
 _STAGING_PREFIX = ".staging-"
+# `<base>/.reserved-<version>`: taken with an exclusive mkdir before a version is staged, so
+# two pushers never pick the same number. Hidden, so TF Serving never sees it.
+_RESERVED_PREFIX = ".reserved-"
+_RESERVE_ATTEMPTS = 100
 _SAVED_MODEL_FILE = "saved_model.pb"
 _STALE_STAGING_SECONDS = 3600
 
@@ -51,6 +58,7 @@ def existing_versions(base_dir: str) -> list[int]:
 def _copy_tree(source: str, destination: str, copy_file: CopyFile) -> None:
     """Copy every file, the top folder's `saved_model.pb` last."""
     deferred = []
+    copied = 0
     for folder, _, files in tf.io.gfile.walk(source):
         relative = posixpath.relpath(folder, source)
         target = destination if relative == "." else posixpath.join(destination, relative)
@@ -61,8 +69,93 @@ def _copy_tree(source: str, destination: str, copy_file: CopyFile) -> None:
                 deferred.append(pair)
             else:
                 copy_file(*pair)
+                copied += 1
+                if copied == 1:
+                    fault_point("push-copy")
     for pair in deferred:
         copy_file(*pair)
+
+
+def _fsync_tree(root: str) -> None:
+    """fsync every file and folder below `root` (local filesystems): without it a power
+    loss after the rename can leave a version whose files are empty or missing."""
+    for folder, _, files in os.walk(root):
+        for name in files:
+            with open(os.path.join(folder, name), "rb") as handle:
+                os.fsync(handle.fileno())
+        _fsync_dir(folder)
+
+
+def _fsync_dir(folder: str) -> None:
+    descriptor = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+def _reserved_versions(base_dir: str) -> list[int]:
+    names = (name.rstrip("/") for name in tf.io.gfile.listdir(base_dir))
+    return [int(name[len(_RESERVED_PREFIX):]) for name in names
+            if name.startswith(_RESERVED_PREFIX) and name[len(_RESERVED_PREFIX):].isdigit()]
+
+
+def reserve_version(base_dir: str) -> tuple[int, str]:
+    """Take the next free version number with an exclusive mkdir of its reservation folder;
+    a number another pusher took first is skipped. Returns (version, reservation folder).
+
+    On local filesystems and PVCs mkdir is atomic and exclusive; object stores have no
+    exclusive create, so there two pushers racing in the same second can still collide
+    (the loser's rename or copy then fails and nothing half-written is left).
+    """
+    candidate = max(existing_versions(base_dir) + _reserved_versions(base_dir) + [0]) + 1
+    for _ in range(_RESERVE_ATTEMPTS):
+        reservation = posixpath.join(base_dir, f"{_RESERVED_PREFIX}{candidate}")
+        version_dir = posixpath.join(base_dir, str(candidate))
+        try:
+            if _is_object_store(base_dir):
+                if tf.io.gfile.exists(reservation) or tf.io.gfile.exists(version_dir):
+                    raise FileExistsError(reservation)
+                tf.io.gfile.makedirs(reservation)
+            else:
+                os.mkdir(reservation)
+            if tf.io.gfile.exists(version_dir):  # published by a pusher without reservations
+                tf.io.gfile.rmtree(reservation)
+                raise FileExistsError(version_dir)
+            return candidate, reservation
+        except FileExistsError:
+            candidate += 1
+    raise PublishError(f"no free version number under {base_dir} after "
+                       f"{_RESERVE_ATTEMPTS} attempts")
+
+
+def _remove_stale_reservations(base_dir: str) -> None:
+    """Reservations of a killed pusher are removed after an hour (its mtime)."""
+    now = time.time()
+    for version in _reserved_versions(base_dir):
+        path = posixpath.join(base_dir, f"{_RESERVED_PREFIX}{version}")
+        try:
+            age = now - tf.io.gfile.stat(path).mtime_nsec / 1e9
+        except tf.errors.NotFoundError:
+            continue
+        if age > _STALE_STAGING_SECONDS:
+            tf.io.gfile.rmtree(path)
+
+
+def _remove_half_versions(base_dir: str) -> list[int]:
+    """On object stores, a version folder without `saved_model.pb` (copied last) and without
+    a live reservation is what a killed copy left: removed so TF Serving never loads it."""
+    if not _is_object_store(base_dir):
+        return []  # there versions appear by rename only: whole or not at all
+    reserved = set(_reserved_versions(base_dir))
+    removed = []
+    for version in existing_versions(base_dir):
+        folder = posixpath.join(base_dir, str(version))
+        if version not in reserved and not tf.io.gfile.exists(
+                posixpath.join(folder, _SAVED_MODEL_FILE)):
+            tf.io.gfile.rmtree(folder)
+            removed.append(version)
+    return removed
 
 
 def _fingerprint(model_dir: str) -> dict[str, object]:
@@ -126,6 +219,8 @@ def publish_version(
         raise PublishError(f"no {_SAVED_MODEL_FILE} in {source_dir}: not a SavedModel")
     tf.io.gfile.makedirs(base_dir)
     _remove_stale_staging(base_dir)
+    _remove_stale_reservations(base_dir)
+    _remove_half_versions(base_dir)
     versions = existing_versions(base_dir)
     if versions:
         newest = posixpath.join(base_dir, str(versions[-1]))
@@ -133,7 +228,7 @@ def publish_version(
             # Re-pushing the model already served (e.g. a cached re-run) adds no version.
             logging.info("%s already serves this model; nothing new published", newest)
             return versions[-1], newest
-    version = (versions or [0])[-1] + 1
+    version, reservation = reserve_version(base_dir)
     version_dir = posixpath.join(base_dir, str(version))
     staging = posixpath.join(base_dir, f"{_STAGING_PREFIX}{time.time():.0f}-{uuid.uuid4().hex[:8]}")
     try:
@@ -142,13 +237,18 @@ def publish_version(
             _copy_tree(staging, version_dir, copy_file)
             tf.io.gfile.rmtree(staging)
         else:
+            _fsync_tree(staging)
             tf.io.gfile.rename(staging, version_dir, overwrite=False)
+            _fsync_dir(base_dir)  # the rename itself survives a power loss
     except Exception as error:
         for leftover in (staging, version_dir if _is_object_store(base_dir) else None):
             if leftover and tf.io.gfile.exists(leftover):
                 tf.io.gfile.rmtree(leftover)
         raise PublishError(f"publishing to {version_dir} failed, nothing published: "
                            f"{error}") from error
+    finally:
+        if tf.io.gfile.exists(reservation):
+            tf.io.gfile.rmtree(reservation)
     removed = prune_versions(base_dir, keep_versions, protected)
     logging.info("published version %d to %s (removed old versions %s)", version,
                  version_dir, removed)

@@ -22,6 +22,7 @@ Example (in the pipeline):
 import json
 import os
 import time
+import uuid
 
 import tensorflow as tf
 from absl import logging
@@ -33,6 +34,8 @@ from tfx.utils import path_utils
 from components.tflite.convert import VARIANTS, convert, read_signature_input
 from components.tflite.data import load_split_images, read_label_names
 from components.tflite.parity import check_parity
+from components.tflite.publish import commit_version, new_staging_dir, prune_versions
+from pipelines.faults import fault_point
 
 EVAL_SPLIT = "eval"
 TRAIN_SPLIT = "train"
@@ -120,6 +123,7 @@ def export_tflite_models(
     uint8_io: bool = False,
     representative_samples: int = 200,
     parity_limit: int = 0,
+    reported_version_dir: str | None = None,
 ) -> dict[str, dict]:
     """Converts, checks and publishes each variant; returns the report.
 
@@ -134,6 +138,8 @@ def export_tflite_models(
         uint8_io: give the `int8` variant uint8 input and output.
         representative_samples: train images used to calibrate `int8`.
         parity_limit: compare on at most this many eval images; 0 uses the whole split.
+        reported_version_dir: the folder the report names as each variant's `path`, when
+            `publish_version_dir` is a staging folder renamed there afterwards.
 
     Returns:
         `{variant: {"path", "bytes", "agreement", "accuracy", "savedmodel_accuracy",
@@ -182,8 +188,11 @@ def export_tflite_models(
         if result.passed:
             tf.io.gfile.makedirs(publish_version_dir)
             _write_atomically(os.path.join(publish_version_dir, "labels.txt"), labels_text.encode())
-            published_path = os.path.join(publish_version_dir, f"{variant}.tflite")
-            _write_atomically(published_path, tflite_model)
+            _write_atomically(os.path.join(publish_version_dir, f"{variant}.tflite"),
+                              tflite_model)
+            published_path = os.path.join(reported_version_dir or publish_version_dir,
+                                          f"{variant}.tflite")
+            fault_point("tflite")
         report[variant] = {
             "path": published_path,
             "bytes": result.bytes,
@@ -225,6 +234,7 @@ def TFLiteExport(
     uint8_io: Parameter[int] = 0,
     representative_samples: Parameter[int] = 200,
     parity_limit: Parameter[int] = 0,
+    keep_versions: Parameter[int] = 5,
 ) -> None:
     """Converts the pushed serving model to TF Lite variants and publishes those that pass.
 
@@ -238,7 +248,9 @@ def TFLiteExport(
         uint8_io: 1 gives the `int8` variant uint8 input/output (microcontrollers, Edge TPU).
         representative_samples: train images used to calibrate `int8`.
         parity_limit: eval images compared with the SavedModel; 0 means the whole split.
+        keep_versions: published versions kept in `publish_dir` (the newest).
     """
+    fault_point("before-tflite")
     started = time.monotonic()
     variant_names = parse_variants(variants)
     version = pushed_version(pushed_model)
@@ -256,16 +268,22 @@ def TFLiteExport(
         )
         return
 
+    # Every passing variant goes into a staging folder that becomes the version folder in
+    # one rename, so no reader ever sees a version with some of its variants.
+    staging = new_staging_dir(publish_dir, version)
     report = export_tflite_models(
         saved_model_dir=path_utils.serving_model_path(model.uri),
         examples_uri=examples.uri,
         output_dir=tflite_models.uri,
-        publish_version_dir=os.path.join(publish_dir, version),
+        publish_version_dir=staging,
         variants=variant_names,
         uint8_io=bool(uint8_io),
         representative_samples=representative_samples,
         parity_limit=parity_limit,
+        reported_version_dir=os.path.join(publish_dir, version),
     )
+    commit_version(staging, publish_dir, version)
+    prune_versions(publish_dir, keep_versions)
     published = [variant for variant, entry in report.items() if entry["published"]]
     tflite_models.set_int_custom_property("skipped", 0)
     tflite_models.set_string_custom_property("version", version)
@@ -300,7 +318,8 @@ def _write_atomically(path: str, content: bytes) -> None:
 
     A reader (a device fleet syncing the publish folder) never sees a half-written model.
     """
-    temporary_path = f"{path}.tmp"
+    # Unique: two exports writing the same path never share (and clobber) one temporary.
+    temporary_path = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
     with tf.io.gfile.GFile(temporary_path, "wb") as f:
         f.write(content)
     tf.io.gfile.rename(temporary_path, path, overwrite=True)

@@ -23,6 +23,7 @@ from typing import Any, TextIO
 
 from components.tracking.store import TrackingStore, is_local_uri, server_host
 from components.tracking.store import resolve_store as _resolve
+from pipelines.redact import redact, redact_text
 
 __all__ = ["TrackingStore", "log_run", "resolve_store"]
 
@@ -61,7 +62,7 @@ def log_run(store: TrackingStore, summary: dict[str, Any], out: TextIO) -> dict[
                 error = local_error
         if not section:
             section = {"error": f"MLflow tracking failed: {_one_line(error)}",
-                       "tracking_uri": store.uri}
+                       "tracking_uri": redact(store.uri)}
             print(f"mptfx: warning: {section['error']}", file=out, flush=True)
     summary["mlflow"] = section
     Path(summary["summary_path"]).write_text(json.dumps(summary, indent=2, default=str))
@@ -78,5 +79,5 @@ def log_run(store: TrackingStore, summary: dict[str, Any], out: TextIO) -> dict[
 
 
 def _one_line(error: BaseException) -> str:
-    lines = str(error).strip().splitlines()
+    lines = redact_text(str(error)).strip().splitlines()
     return lines[0][:300] if lines else type(error).__name__

@@ -22,6 +22,7 @@ from components.tracking.store import (
     is_local_uri,
     mlflow_client,
 )
+from pipelines.redact import redact
 
 _RUN_STATUS = {"completed": "FINISHED", "failed": "FAILED", "skipped": "FINISHED"}
 # MLflow's per-request limits for log_batch.
@@ -110,7 +111,7 @@ def _log_artifacts(client: Any, run_id: str, summary: Mapping[str, Any],
 def _run_url(store: TrackingStore, experiment_id: str, run_id: str) -> str | None:
     if is_local_uri(store.uri):
         return None
-    return f"{store.uri.rstrip('/')}/#/experiments/{experiment_id}/runs/{run_id}"
+    return redact(f"{store.uri.rstrip('/')}/#/experiments/{experiment_id}/runs/{run_id}")
 
 
 def record_pipeline_run(store: TrackingStore, summary: dict[str, Any]) -> dict[str, Any]:
@@ -122,7 +123,8 @@ def record_pipeline_run(store: TrackingStore, summary: dict[str, Any]) -> dict[s
     tfma_metrics = read_tfma_metrics((summary.get("eval") or {}).get("evaluation_uri"))
     tags = content.run_tags(summary, content.git_commit(), content.package_versions())
     if store.is_fallback:
-        tags[SYNC_TO_TAG] = store.requested_uri
+        # Without the password: `mptfx tracking sync` takes it from MLFLOW_TRACKING_PASSWORD.
+        tags[SYNC_TO_TAG] = redact(store.requested_uri)
     # The MLflow run spans the pipeline run, so its duration in the UI is the wall time.
     started = time.time() - float(summary.get("wall_seconds") or 0)
     run = client.create_run(experiment_id, start_time=int(started * 1000),
@@ -132,13 +134,13 @@ def record_pipeline_run(store: TrackingStore, summary: dict[str, Any]) -> dict[s
         "run_id": run_id,
         "experiment": store.experiment,
         "experiment_id": experiment_id,
-        "tracking_uri": store.uri,
-        "artifact_uri": run.info.artifact_uri,
+        "tracking_uri": redact(store.uri),
+        "artifact_uri": redact(run.info.artifact_uri),
         "run_url": _run_url(store, experiment_id, run_id),
         "registered_model": None,
     }
     if store.is_fallback:
-        section.update(pending_sync_to=store.requested_uri, sync_command=store.sync_command,
+        section.update(pending_sync_to=redact(store.requested_uri), sync_command=store.sync_command,
                        unreachable_reason=store.unreachable_reason)
     summary["mlflow"] = section
     try:

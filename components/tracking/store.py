@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from pipelines.errors import UsageError
+from pipelines.redact import redact_text, with_credentials
 
 LOCAL_DB_NAME = "mlflow.db"
 LOCAL_ARTIFACTS_DIR = "mlartifacts"
@@ -129,7 +130,10 @@ def check_reachable(uri: str, timeout: float) -> str | None:
     parsed = urllib.parse.urlparse(uri)
     scheme = parsed.scheme.split("+")[0]
     if scheme in ("http", "https"):
-        return _check_http(uri.rstrip("/") + "/health", timeout)
+        # /health needs no credentials, and urllib cannot take them in the URL.
+        bare = urllib.parse.urlunsplit(urllib.parse.urlsplit(uri)._replace(
+            netloc=parsed.netloc.rpartition("@")[2]))
+        return _check_http(bare.rstrip("/") + "/health", timeout)
     if not parsed.hostname:
         return None  # e.g. databricks: MLflow resolves it; nothing to probe here
     port = parsed.port or _DEFAULT_PORTS.get(scheme)
@@ -159,7 +163,7 @@ def _reason(error: Any, timeout: float) -> str:
         return f"no answer within {timeout:g} s"
     if isinstance(error, OSError) and error.strerror:
         return error.strerror.lower()
-    return str(error).strip() or type(error).__name__
+    return redact_text(str(error).strip()) or type(error).__name__
 
 
 def resolve_store(
@@ -225,6 +229,9 @@ def mlflow_client(uri: str) -> Any:
         logging.getLogger(name).setLevel(logging.WARNING)
     if uri.startswith("sqlite:///"):
         Path(uri[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+    # A database URI stored without its password (redacted) gets it back from
+    # MLFLOW_TRACKING_PASSWORD here, in memory only.
+    uri = with_credentials(uri, os.environ)
     return MlflowClient(tracking_uri=uri, registry_uri=uri)
 
 

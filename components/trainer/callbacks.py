@@ -7,8 +7,9 @@
 - `DivergenceGuard`: tells a skipped overflow step (normal under loss scaling) from real
   divergence (a non-finite loss for K consecutive steps) and stops the run with a
   diagnostic.
-- `EpochHistory`: the per-epoch history across restarts: saved beside the
-  BackupAndRestore checkpoint, so a resumed run still reports every epoch.
+- `EpochHistory`: the per-epoch history across restarts: saved atomically next to (not in)
+  the BackupAndRestore folder, which Keras says nothing else may write to, so a resumed
+  run still reports every epoch.
 
 Put them before Keras' TensorBoard callback: they add keys to the epoch logs it writes.
 """
@@ -20,6 +21,7 @@ import math
 import os
 import statistics
 import time
+import uuid
 
 import keras
 import numpy as np
@@ -28,6 +30,7 @@ from absl import logging
 
 from components.trainer.optimizer import current_loss_scale
 from components.trainer.training_model import PER_STEP_KEYS, STEP_LOSS, STEP_SKIPPED
+from pipelines.faults import ENV_FAULT, fault_point
 
 IMAGES_PER_SEC = "images_per_sec"
 LOSS_SCALE = "loss_scale"
@@ -67,12 +70,16 @@ class ThroughputCallback(keras.callbacks.Callback):
         self.epoch_images_per_sec: list[float] = []
         self._epoch_start = 0.0
         self._last_batch_end = 0.0
+        self._epoch = 0
 
     def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
         self._epoch_start = self._last_batch_end = time.perf_counter()
+        self._epoch = epoch
 
     def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
         self._last_batch_end = time.perf_counter()
+        if batch == 0 and self._epoch == 1:
+            fault_point("epoch")
 
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
         seconds = max(self._last_batch_end - self._epoch_start, 1e-9)
@@ -191,13 +198,19 @@ class DivergenceGuard(keras.callbacks.Callback):
         )
 
 
+def history_path_for(backup_dir: str) -> str:
+    """`<backup_dir>.epoch_history.json`: beside the BackupAndRestore folder, never in it."""
+    return f"{backup_dir.rstrip('/')}.{HISTORY_FILE}"
+
+
 class EpochHistory(keras.callbacks.Callback):
-    """Per-epoch logs that survive a restart: saved to `<backup_dir>/epoch_history.json`
-    after every epoch, reloaded by the next attempt and cut to the epoch it resumes at.
+    """Per-epoch logs that survive a restart: saved to `history_path_for(backup_dir)` after
+    every epoch (a unique temporary file renamed over the old one, so a kill mid-write
+    leaves the previous history), reloaded by the next attempt and cut to the epoch it
+    resumes at. `remove()` deletes it once the training has finished.
 
     Args:
-        backup_dir: the BackupAndRestore folder of this run (read before training starts,
-            since BackupAndRestore deletes it at the end).
+        backup_dir: the BackupAndRestore folder of this run.
 
     Attributes:
         resumed_at_epoch: the 1-based epoch this attempt started at, if it resumed.
@@ -205,7 +218,7 @@ class EpochHistory(keras.callbacks.Callback):
 
     def __init__(self, backup_dir: str) -> None:
         super().__init__()
-        self._path = os.path.join(backup_dir, HISTORY_FILE)
+        self._path = history_path_for(backup_dir)
         self.epochs: list[dict[str, float | None]] = []
         if tf.io.gfile.exists(self._path):
             with tf.io.gfile.GFile(self._path) as f:
@@ -226,8 +239,15 @@ class EpochHistory(keras.callbacks.Callback):
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
         self.epochs.append({k: _maybe_float(v) for k, v in (logs or {}).items()})
         tf.io.gfile.makedirs(os.path.dirname(self._path))
-        with tf.io.gfile.GFile(self._path, "w") as f:
+        temporary = f"{self._path}.tmp-{uuid.uuid4().hex[:8]}"
+        with tf.io.gfile.GFile(temporary, "w") as f:
             json.dump(self.epochs, f)
+        tf.io.gfile.rename(temporary, self._path, overwrite=True)
+
+    def remove(self) -> None:
+        """Delete the saved history (the training it belongs to has finished)."""
+        if tf.io.gfile.exists(self._path):
+            tf.io.gfile.remove(self._path)
 
     def history(self) -> dict[str, list[float | None]]:
         """{metric: [value per epoch]} over every epoch, this attempt's and earlier ones'."""
@@ -243,6 +263,27 @@ def _maybe_float(value: object) -> float | None:
     except (TypeError, ValueError):
         return None
     return number
+
+
+class CheckpointFault(keras.callbacks.Callback):
+    """The crash tests' `MPTFX_FAULT=checkpoint`: after BackupAndRestore has written the
+    2nd epoch's checkpoint, cut its weights file in half and die, as a kill mid-write does.
+    Added to the callbacks only when that fault is asked for."""
+
+    def __init__(self, backup_dir: str) -> None:
+        super().__init__()
+        self._weights = os.path.join(backup_dir, "latest.weights.h5")
+
+    @staticmethod
+    def wanted() -> bool:
+        """True when this run was started with MPTFX_FAULT=checkpoint."""
+        return os.environ.get(ENV_FAULT) == "checkpoint"
+
+    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        if epoch == 1 and os.path.exists(self._weights):
+            with open(self._weights, "r+b") as handle:
+                handle.truncate(os.path.getsize(self._weights) // 2)
+            fault_point("checkpoint")
 
 
 class EpochTensorBoard(keras.callbacks.TensorBoard):

@@ -34,6 +34,7 @@ from components.trainer import export as export_lib
 from components.trainer import strategy as strategy_lib
 from components.trainer.callbacks import (
     LOSS_SCALE,
+    CheckpointFault,
     DivergenceGuard,
     EpochHistory,
     EpochTensorBoard,
@@ -464,7 +465,9 @@ def backup_dir_for(fn_args: tfx.components.FnArgs, trainer: Mapping[str, Any],
     training (same config and input files), distinct for any other, one per task.
 
     `trainer.backup_dir`, else `<pipeline_root>/Trainer/backup` (two levels above
-    `fn_args.model_run_dir`, which TFX numbers per execution).
+    `fn_args.model_run_dir`, which TFX numbers per execution). The execution's
+    `model_run_dir` is part of the key: a retried pod of one execution resumes, while two
+    runs with the same config never share (and delete) one folder.
     """
     base = trainer.get("backup_dir") or os.path.join(
         os.path.dirname(os.path.dirname(fn_args.model_run_dir.rstrip("/"))), BACKUP_DIR
@@ -474,6 +477,7 @@ def backup_dir_for(fn_args: tfx.components.FnArgs, trainer: Mapping[str, Any],
             "config": fn_args.custom_config,
             "train": list(fn_args.train_files),
             "eval": list(fn_args.eval_files),
+            "execution": fn_args.model_run_dir,
         },
         sort_keys=True,
         default=str,
@@ -571,9 +575,13 @@ def train_and_export(fn_args: tfx.components.FnArgs) -> TrainingResult:
                 int(trainer["divergence_patience"]), runtime.learning_rate, runtime.policy
             ),
             epoch_history,  # after the callbacks that add to the epoch logs
-            keras.callbacks.BackupAndRestore(backup_dir),
+            # double_checkpoint: a kill while the checkpoint is written leaves the previous
+            # one (.bkp), which Keras restores instead of failing every retry.
+            keras.callbacks.BackupAndRestore(backup_dir, double_checkpoint=True),
             EpochTensorBoard(os.path.join(model_run_dir, LOG_DIR)),
         ]
+        if CheckpointFault.wanted():  # crash tests only (pipelines/faults.py)
+            callbacks.insert(len(callbacks) - 1, CheckpointFault(backup_dir))  # after the backup
         train_started = time.perf_counter()
         model.fit(
             train_dataset,
@@ -602,6 +610,7 @@ def train_and_export(fn_args: tfx.components.FnArgs) -> TrainingResult:
         serving_model_dir,
     )
     history = epoch_history.history()
+    epoch_history.remove()  # BackupAndRestore removed its folder when fit finished
     epochs_trained = len(next(iter(history.values()), []))
     if LOSS_SCALE not in history:
         history[LOSS_SCALE] = [None] * epochs_trained

@@ -74,3 +74,44 @@ def test_too_many_corrupt_files_fail_the_ingest_naming_them(mptfx, tmp_path):
     assert "Trainer" not in summary["components"]
     # Nothing was lost: the user's files are all still there.
     assert len(list(Path(data).glob("*/*"))) == 33
+
+
+
+def _unprivileged(*args: str):
+    """`mptfx ARGS` without the capabilities that let root ignore file permissions (dropped
+    by util-linux's setpriv), so a chmod'ed folder refuses it as it refuses any user."""
+    import os
+    import subprocess
+    import sys
+
+    prefix = (["setpriv", "--bounding-set=-dac_override,-dac_read_search", "--"]
+              if os.geteuid() == 0 else [])
+    return subprocess.run([*prefix, sys.executable, "-m", "pipelines.cli", *args],
+                          cwd=Path(__file__).resolve().parents[2], capture_output=True,
+                          text=True, timeout=600)
+
+
+def test_unreadable_data_root_is_exit_2_naming_it(tmp_path):
+    data = export_digits(tmp_path / "digits", per_class=2)
+    data.chmod(0)
+    try:
+        result = _unprivileged("run", "--workspace", str(tmp_path / "ws"), "--data", str(data))
+    finally:
+        data.chmod(0o755)
+    assert result.returncode == EXIT_USAGE
+    line = _error_line(result.stderr)
+    assert str(data) in line and "ermission denied" in line
+    assert len(list(data.glob("*/*.png"))) == 20  # nothing lost
+
+
+def test_unwritable_workspace_is_exit_2_naming_it(tmp_path):
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    workspace.chmod(0o555)
+    try:
+        result = _unprivileged("run", "--workspace", str(workspace))
+    finally:
+        workspace.chmod(0o755)
+    assert result.returncode == EXIT_USAGE
+    assert _error_line(result.stderr) == (
+        f"mptfx: error: workspace {workspace} is not writable: Permission denied")

@@ -75,14 +75,16 @@ def test_run_completes_and_prints_progress_and_summary(digits_run):
     assert trainer["images_per_sec"] > 0 and trainer["strategy"]
 
 
-def test_corrupt_and_non_image_files_are_quarantined_not_fatal(digits_run):
+def test_corrupt_files_are_quarantined_and_non_images_ignored_not_fatal(digits_run):
     summary = digits_run[1].summary
-    assert summary["data"]["quarantined"] == 2
-    assert summary["data"]["images"] == 1799
+    assert summary["data"]["quarantined"] == 1
+    assert summary["data"]["images"] == 1798
+    assert summary["data"]["ignored"] == 1
     report = json.loads(Path(summary["data"]["quarantine_report"]).read_text())
     named = {Path(entry["path"]).name: entry["reason"] for entry in report["files"]}
-    assert set(named) == {"scanner_glitch.png", "notes.txt"}
+    assert set(named) == {"scanner_glitch.png"}
     assert all(named.values())
+    assert report["ignored"] == ["5/notes.txt"]
 
 
 def test_model_is_accurate_blessed_and_pushed_in_tf_serving_layout(digits_run):

@@ -60,3 +60,28 @@ def test_trainer_custom_config_is_plain_json():
     custom = Config().trainer_custom_config()
     assert json.loads(json.dumps(custom)) == custom
     assert set(custom) == {"data", "model", "trainer", "export"}
+
+
+@pytest.mark.parametrize("override, named", [
+    ("trainer.epochs=true", "'trainer.epochs': Input should be a valid integer"),
+    ("trainer.batch_size=\"32\"", "'trainer.batch_size'"),
+    ("data.source=", "an empty value would ingest the current folder"),
+    ("data.image_size=[100000, 64]", "image_size sides must be at most 8192"),
+    ("model.params.dropuot=0.3", "Unknown parameter(s) for model 'seed_cnn'"),
+    ("model.params.dropout=high", "'dropout' of model 'seed_cnn' must be a float"),
+])
+def test_strict_values_empty_source_and_model_params_fail_at_load(override, named):
+    # Each of these used to pass the config and fail (or silently do the wrong thing)
+    # later: epochs=true trained 1 epoch, an empty source ingested the current folder.
+    with pytest.raises(ConfigError) as caught:
+        load_config("configs/local.yaml", [override])
+    assert named in str(caught.value) and f"--set {override}" in str(caught.value)
+
+
+def test_non_utf8_config_file_is_one_line_naming_it(tmp_path):
+    path = tmp_path / "latin1.yaml"
+    path.write_bytes("trainer:\n  epochs: 3  # caf\xe9\n".encode("latin-1"))
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    assert str(caught.value) == (f"cannot read config file {path}: not UTF-8 text "
+                                 "(byte 0xe9 at offset 27)")

@@ -76,15 +76,17 @@ def _run(root: Path, out: Path, **options) -> tuple:
 def test_scan_lists_sorted_classes_recursively_and_skips_hidden_files(tmp_path):
     _save(tmp_path / "b" / "deep" / "x.png")
     _save(tmp_path / "a" / "y.jpg", fmt="JPEG")
-    (tmp_path / "a" / "notes.txt").write_text("not an image, listed so it gets quarantined")
+    (tmp_path / "a" / "notes.txt").write_text("not an image: ignored, as Keras ignores it")
+    _save(tmp_path / "a" / "UPPER.PNG")
     (tmp_path / "a" / ".DS_Store").write_text("hidden")
     (tmp_path / ".cache").mkdir()
 
     listing = scan_image_folder(tmp_path)
 
     assert listing.label_names == ["a", "b"]
-    assert listing.files == ["a/notes.txt", "a/y.jpg", "b/deep/x.png"]
+    assert listing.files == ["a/UPPER.PNG", "a/y.jpg", "b/deep/x.png"]
     assert listing.labels == [0, 0, 1]
+    assert listing.ignored == ["a/notes.txt"]
 
 
 def _file_not_dir(root: Path) -> Path:
@@ -111,7 +113,7 @@ def _with_empty_class(root: Path) -> Path:
         (lambda root: root, "is empty"),
         (lambda root: _image_tree(root, 1, classes=("7",)), "found only one class '7'"),
         (_loose_files_only, "no class sub-folders"),
-        (_with_empty_class, "has no files"),
+        (_with_empty_class, "has no image files"),
     ],
 )
 def test_scan_rejects_unusable_roots_with_one_line_naming_the_path(tmp_path, make, expected):
@@ -161,18 +163,20 @@ def test_bad_split_ratios_are_rejected_naming_the_value(splits):
 # --- decoding, quarantine ----------------------------------------------------------------
 
 
-def test_corrupt_png_and_text_file_are_quarantined_with_reasons(tmp_path):
+def test_corrupt_png_is_quarantined_and_text_file_ignored_not_counted(tmp_path):
     root = _image_tree(tmp_path / "data", per_class=10)
     (root / "cat" / "readme.txt").write_text("hello")
     (root / "dog" / "broken.png").write_bytes(b"\x89PNG\r\n\x1a\n" + b"\0" * 40)
 
-    result, rows = _run(root, tmp_path / "out", max_bad_fraction=0.2)
+    # 1 bad of 21 images is under 0.05; counting readme.txt too (2 of 22) would not be.
+    result, rows = _run(root, tmp_path / "out", max_bad_fraction=0.05)
 
     report = json.loads((tmp_path / "out" / "q" / "quarantine.json").read_text())
-    assert {entry["path"] for entry in report["files"]} == {"cat/readme.txt", "dog/broken.png"}
+    assert {entry["path"] for entry in report["files"]} == {"dog/broken.png"}
     assert all(entry["reason"].startswith(UNDECODABLE) for entry in report["files"])
-    assert (report["total"], report["bad"]) == (22, 2)
-    assert report["bad_fraction"] == pytest.approx(2 / 22)
+    assert report["ignored"] == ["cat/readme.txt"]
+    assert (report["total"], report["bad"]) == (21, 1)
+    assert report["bad_fraction"] == pytest.approx(1 / 21)
     assert len(rows) == 20 and sum(result.split_counts.values()) == 20
     assert b"dog/broken.png" not in {row["filename"] for row in rows}
 

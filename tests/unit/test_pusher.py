@@ -102,3 +102,59 @@ def test_stale_staging_from_a_killed_push_is_cleaned(saved_model, tmp_path):
 def test_not_a_saved_model_is_refused(tmp_path):
     with pytest.raises(PublishError, match="no saved_model.pb in"):
         publish_version(str(tmp_path), str(tmp_path / "out"))
+
+
+def test_two_concurrent_pushes_both_succeed_with_distinct_whole_versions(
+        saved_model, other_model, tmp_path):
+    import threading
+
+    base = str(tmp_path / "digits")
+    both_copying = threading.Barrier(2, timeout=30)
+
+    def overlapping_copy(source: str, destination: str) -> None:
+        # Both pushers have reserved a number and are copying at the same moment.
+        if source.endswith("saved_model.pb"):
+            both_copying.wait()
+        tf.io.gfile.copy(source, destination, overwrite=True)
+
+    results, errors = {}, []
+
+    def push(name: str, model: str) -> None:
+        try:
+            results[name] = publish_version(model, base, copy_file=overlapping_copy)
+        except Exception as error:  # collected: the assertion below names it
+            errors.append(error)
+
+    threads = [threading.Thread(target=push, args=args)
+               for args in (("a", saved_model), ("b", other_model))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors
+    assert sorted(version for version, _ in results.values()) == [1, 2]
+    assert _visible(base) == ["1", "2"]  # no reservation or staging folder left
+    for version in (1, 2):
+        assert tf.saved_model.load(os.path.join(base, str(version))) is not None
+
+
+def test_a_reservation_left_by_a_killed_pusher_is_skipped_then_cleaned(saved_model, tmp_path):
+    base = tmp_path / "digits"
+    (base / ".reserved-1").mkdir(parents=True)  # a pusher is (or was) publishing version 1
+    assert publish_version(saved_model, str(base))[0] == 2
+    old = time.time() - 7200
+    os.utime(base / ".reserved-1", (old, old))
+    publish_version(saved_model, str(base))  # same model: no new version, stale one cleaned
+    assert _visible(base) == ["2"]
+
+
+def test_half_version_left_on_an_object_store_is_removed_before_the_next_push(
+        saved_model, tmp_path):
+    # ram:// is TensorFlow's in-memory filesystem: no atomic rename, like gs:// or s3://.
+    base = f"ram://{tmp_path.name}/digits"
+    half = f"{base}/1/variables"
+    tf.io.gfile.makedirs(half)
+    tf.io.gfile.GFile(f"{half}/variables.index", "wb").write(b"partial copy, killed")
+    version, version_dir = publish_version(saved_model, base)
+    assert version == 1 and existing_versions(base) == [1]
+    assert tf.io.gfile.exists(f"{version_dir}/saved_model.pb")

@@ -147,3 +147,37 @@ def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def _end_session(postgres, application_name="mptfx-lock"):
+    """What a PostgreSQL restart does to the lock holder's session: terminate it."""
+    import psycopg2
+
+    connection = psycopg2.connect(host=postgres["host"], port=postgres["port"],
+                                  dbname=postgres["database"], user=postgres["user"],
+                                  password=postgres["password"])
+    connection.autocommit = True
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                       "WHERE application_name = %s AND datname = %s",
+                       (application_name, postgres["database"]))
+    connection.close()
+
+
+def test_a_lost_lock_session_is_noticed_and_release_does_not_hide_the_result(postgres):
+    import threading
+
+    from pipelines.locking import LockHeartbeat
+
+    lost = threading.Event()
+    with pytest.raises(RuntimeError, match="the run's own error"):
+        with _db_lock(postgres, "retrain/lost") as lock:
+            with LockHeartbeat(lock, 0.1, lost.set):
+                assert lock.is_held() and not lost.wait(0.5)
+                _end_session(postgres)
+                assert lost.wait(10), "the heartbeat did not notice the ended session"
+            assert not lock.is_held()
+            # Leaving the block releases on a dead connection: the run's own error wins.
+            raise RuntimeError("the run's own error")
+    with _db_lock(postgres, "retrain/lost") as again:
+        assert again.acquired

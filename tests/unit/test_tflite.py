@@ -13,6 +13,7 @@ import dataclasses
 import json
 import os
 import re
+import time
 from pathlib import Path
 
 import keras
@@ -335,6 +336,9 @@ def _run_component(digits: DigitsModel, tmp_path: Path, pushed: bool, **paramete
 
 
 def test_component_publishes_passing_variants_with_labels(digits: DigitsModel, tmp_path: Path):
+    # An older version to prune, and the staging folder of an export killed 2 hours ago.
+    (tmp_path / "publish" / "1600000000").mkdir(parents=True)
+    (tmp_path / "publish" / f".staging-{time.time() - 7200:.0f}-1-dead").mkdir()
     output, report = _run_component(
         digits,
         tmp_path,
@@ -343,7 +347,10 @@ def test_component_publishes_passing_variants_with_labels(digits: DigitsModel, t
         uint8_io=1,
         representative_samples=100,
         parity_limit=200,
+        keep_versions=1,
     )
+    # The version appeared whole, by one rename; nothing else is left beside it.
+    assert os.listdir(tmp_path / "publish") == ["1700000000"]
     version_dir = tmp_path / "publish" / "1700000000"
     assert sorted(os.listdir(version_dir)) == ["fp32.tflite", "int8.tflite", "labels.txt"]
     assert (version_dir / "labels.txt").read_text().splitlines() == LABEL_NAMES

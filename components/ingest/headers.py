@@ -1,0 +1,97 @@
+"""Header-first checks: an image's size and channels from its header, before anything decodes.
+
+A PNG whose header says 40000x40000 pixels decodes to 4.8 GB; decoding it to find out is
+an out-of-memory kill with no message. Pillow reads only the header on `Image.open`
+(the pixels are decoded lazily), so each file is measured before tf.data touches it and
+quarantined with the reason when it exceeds `data.max_pixels` or `data.max_file_mb`.
+
+    limits = SizeLimits(max_pixels=50_000_000, max_file_mb=100)
+    check = check_file("data/cat/1.png", limits)
+    check.problem  # None, or "image is 40000x40000 = 1600000000 pixels > data.max_pixels ..."
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import warnings
+from dataclasses import dataclass
+from typing import BinaryIO
+
+from PIL import Image, UnidentifiedImageError
+
+# Pillow's own decompression-bomb threshold: 1 GiB of 24-bit pixels / 3 channels / 4.
+DEFAULT_MAX_PIXELS = 89_478_485
+DEFAULT_MAX_FILE_MB = 100.0
+_MB = 1024 * 1024
+# Modes Pillow reports for images tf.io.decode_image returns with 1 or 2 channels.
+_GRAY_MODES = {"1": 1, "L": 1, "I": 1, "I;16": 1, "I;16B": 1, "I;16L": 1, "F": 1, "LA": 2,
+               "La": 2}
+
+
+@dataclass(frozen=True)
+class SizeLimits:
+    """The largest image ingest decodes: pixels from the header, and bytes on disk."""
+
+    max_pixels: int = DEFAULT_MAX_PIXELS
+    max_file_mb: float = DEFAULT_MAX_FILE_MB
+
+    def __post_init__(self) -> None:
+        if self.max_pixels < 1 or self.max_file_mb <= 0:
+            raise ValueError(f"max_pixels and max_file_mb must be positive. Received: "
+                             f"max_pixels={self.max_pixels!r}, max_file_mb={self.max_file_mb!r}")
+
+
+@dataclass(frozen=True)
+class HeaderCheck:
+    """What the header says: `problem` set means quarantine without decoding; `channels`
+    is the channel count tf.io.decode_image will return (None when Pillow cannot tell)."""
+
+    problem: str | None = None
+    channels: int | None = None
+
+
+def _decoded_channels(image: Image.Image) -> int:
+    # TF decodes every GIF as RGB and palette images as RGB(A); only true gray stays 1-2.
+    if image.format == "GIF":
+        return 3
+    return _GRAY_MODES.get(image.mode, 4 if "A" in image.mode else 3)
+
+
+def _check_header(handle: BinaryIO, size_bytes: int, limits: SizeLimits) -> HeaderCheck:
+    if size_bytes > limits.max_file_mb * _MB:
+        return HeaderCheck(f"file is {size_bytes / _MB:.1f} MB > data.max_file_mb "
+                           f"{limits.max_file_mb:g}")
+    # Pillow's own bomb check would refuse before telling the size; data.max_pixels is the
+    # limit here, so it is switched off while the header is read (nothing is decoded).
+    pillow_limit, Image.MAX_IMAGE_PIXELS = Image.MAX_IMAGE_PIXELS, None
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            with Image.open(handle) as image:
+                width, height = image.size
+                channels = _decoded_channels(image)
+    except (UnidentifiedImageError, OSError, ValueError, SyntaxError):
+        # Not an image Pillow knows: the decode step quarantines it with TF's reason.
+        return HeaderCheck()
+    finally:
+        Image.MAX_IMAGE_PIXELS = pillow_limit
+    if width * height > limits.max_pixels:
+        return HeaderCheck(f"image is {width}x{height} = {width * height} pixels > "
+                           f"data.max_pixels {limits.max_pixels}")
+    return HeaderCheck(None, channels)
+
+
+def check_file(path: str, limits: SizeLimits) -> HeaderCheck:
+    """Size and header check of the file at `path` (reads the header only)."""
+    try:
+        size_bytes = os.stat(path).st_size
+        with open(path, "rb") as handle:
+            return _check_header(handle, size_bytes, limits)
+    except OSError as error:
+        return HeaderCheck(f"unreadable file: {error.strerror or error}")
+
+
+def check_bytes(data: bytes, limits: SizeLimits) -> HeaderCheck:
+    """The same check for an encoded image already in memory (a TFRecord's `image`)."""
+    return _check_header(io.BytesIO(data), len(data), limits)
