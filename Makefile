@@ -47,8 +47,12 @@ IMAGE_FIRST = if bash scripts/build_image.sh $(IMAGE); then export MPTFX_IMAGE_B
 	elif [ "$$CI" = true ] || command -v buildah >/dev/null; then exit 2; fi; \
 	export MPTFX_IMAGE=$(IMAGE);
 
+# The test files run on every core (pytest-xdist; one file stays on one worker, so the
+# pipeline runs a module shares are made once).
+PARALLEL ?= -n auto --dist loadfile
+
 test: setup tools services
-	@$(IMAGE_FIRST) $(VENV)/bin/pytest $(PYTEST_ARGS)
+	@$(IMAGE_FIRST) $(VENV)/bin/pytest $(PARALLEL) $(PYTEST_ARGS)
 
 test-unit: setup tools
 	$(VENV)/bin/pytest tests/unit $(PYTEST_ARGS)
