@@ -410,9 +410,15 @@ def _apply_override(tree: dict[str, Any], path: list[str], value: Any) -> None:
     node[path[-1]] = value
 
 
+def _key_path(loc: tuple) -> list[str]:
+    # A union (e.g. trainer.batch_size: int >= 1 | "auto") adds the member's tag to the
+    # location ('constrained-int', "literal['auto']"); config keys never contain - or [.
+    return [str(part) for part in loc if not set(str(part)) & set("-[")]
+
+
 def _describe(error: ValidationError) -> str:
     first = error.errors()[0]
-    key = ".".join(str(part) for part in first["loc"])
+    key = ".".join(_key_path(first["loc"]))
     if first["type"] == "extra_forbidden":
         return f"unknown config key {key!r}"
     received = first.get("input")
@@ -451,7 +457,7 @@ def load_config(path: str | os.PathLike | None = None, overrides: list[str] = ()
 
 def _where(error: ValidationError, source: Path | None, overrides: list[str]) -> str:
     """Point at the --set that set the failing key, else at the file."""
-    failing = [str(part) for part in error.errors()[0]["loc"]]
+    failing = _key_path(error.errors()[0]["loc"])
     for text in reversed(overrides):
         path = parse_override(text)[0]
         shared = min(len(path), len(failing))
