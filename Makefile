@@ -10,7 +10,7 @@ TOOLS_STAMP := $(TOOLS_VENV)/.mptfx-tools-installed
 VERSION := $(shell sed -n 's/^version = "\(.*\)"$$/\1/p' pyproject.toml)
 IMAGE   ?= mptfx:$(VERSION)
 
-.PHONY: setup tools services image run test test-unit test-e2e test-image lint bench clean
+.PHONY: setup tools services image run test test-unit test-e2e test-image test-faults lint bench clean
 
 setup: $(STAMP)
 
@@ -52,7 +52,11 @@ IMAGE_FIRST = if bash scripts/build_image.sh $(IMAGE); then export MPTFX_IMAGE_B
 PARALLEL ?= -n auto --dist loadfile
 
 test: setup tools services
-	@$(IMAGE_FIRST) $(VENV)/bin/pytest $(PARALLEL) $(PYTEST_ARGS)
+	@$(IMAGE_FIRST) $(VENV)/bin/pytest $(PARALLEL) -m "not faults" $(PYTEST_ARGS)
+
+# The fault-injection runs (tests/e2e/test_reliability_e2e.py): twelve pipeline runs.
+test-faults: setup services
+	$(VENV)/bin/pytest -m faults $(PYTEST_ARGS)
 
 test-unit: setup tools
 	$(VENV)/bin/pytest tests/unit $(PYTEST_ARGS)
