@@ -109,12 +109,13 @@ class DataSection(_Section):
 class ModelSection(_Section):
     name: str = "seed_cnn"
     input_size: list[int] = Field(default_factory=lambda: [16, 16])
-    params: dict[str, Any] = Field(default_factory=dict)
     # Your own model: a Python file (local path, gs:// or s3://) defining `builder`
     # (input_shape, num_classes, **params) -> keras.Model; replaces `name` when set.
     module_file: str = ""
     builder: str = Field("build_model", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     task: Literal["classification", "segmentation"] = "classification"
+    # After module_file: the check below reads it (pydantic validates fields in this order).
+    params: dict[str, Any] = Field(default_factory=dict)
 
     def resolved_task(self) -> str:
         """The task of the model that trains: `task` for a module file, else the registry's."""
@@ -143,10 +144,12 @@ class ModelSection(_Section):
     @field_validator("params")
     @classmethod
     def _accepted_by_builder(cls, params: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
-        # Checked here, not only in the Trainer, so a typo fails before the Ingest runs.
+        # Checked here, not only in the Trainer, so a typo fails before the Ingest runs. A
+        # module file replaces `name`: its builder's parameters are checked by the pre-Ingest
+        # model check, which imports the file.
         from models.registry import check_params  # deferred: imports TensorFlow
 
-        if "name" in info.data:
+        if "name" in info.data and not info.data.get("module_file"):
             check_params(info.data["name"], params)
         return params
 

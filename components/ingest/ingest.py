@@ -47,11 +47,11 @@ class IngestResult:
 
 
 def _open_source(data_root: str, span_dirs: Sequence[str] = (),
-                 limits: SizeLimits | None = None) -> FolderSource | TFRecordSource:
+                 limits: SizeLimits | None = None) -> FolderSource | TFRecordSource | VolumeSource:
     if span_dirs:
         return FolderSource(scan_span_folders(data_root, span_dirs), limits)
     if is_volume_dir(data_root):  # volume/mask pairs for segmentation (volume_source.py)
-        return VolumeSource(data_root)
+        return VolumeSource(data_root, limits)
     if is_tfrecord_dir(data_root):
         return TFRecordSource(list_tfrecord_files(data_root), limits)
     return FolderSource(scan_image_folder(data_root), limits)

@@ -30,6 +30,7 @@ import numpy as np
 import tensorflow as tf
 
 from components.ingest.errors import DataError
+from components.ingest.headers import SizeLimits
 from components.ingest.reader import ImagePolicy
 from components.ingest.sources import SourceItem
 
@@ -120,9 +121,13 @@ class VolumeSource:
     example.
     """
 
-    def __init__(self, root: str | os.PathLike):
+    def __init__(self, root: str | os.PathLike, limits: SizeLimits | None = None):
         self.root = Path(root)
         self.description = f"volume folder {self.root}"
+        self._max_bytes = (limits or SizeLimits()).max_file_mb * 1024 * 1024
+        # Files beside the volumes that are neither a volume nor its mask, as the image
+        # folders list them: reported, not counted as bad.
+        self.ignored: list[str] = []
         classes = sorted(d.name for d in self.root.iterdir()
                          if d.is_dir() and not d.name.startswith("."))
         self.label_names = [name for name in classes
@@ -145,7 +150,10 @@ class VolumeSource:
                  f.name.startswith(".")}
         for file_name in sorted(files):
             parts = _split_name(file_name)
-            if parts is None or (parts[0].endswith(MASK_SUFFIX) and parts[1] != ".npz"):
+            if parts is None:
+                self.ignored.append(f"{name}/{file_name}")
+                continue
+            if parts[0].endswith(MASK_SUFFIX) and parts[1] != ".npz":
                 continue
             stem, suffix = parts
             relative = f"{name}/{file_name}"
@@ -159,6 +167,10 @@ class VolumeSource:
     def _read_pair(self, files: dict[str, Path], file_name: str, stem: str,
                    suffix: str) -> tuple[str | None, tf.train.Example | None, bytes]:
         """(problem, example with depth and mask, PNG) for one volume file."""
+        size = files[file_name].stat().st_size
+        if size > self._max_bytes:
+            return (f"file is {size / 1024 / 1024:.1f} MB > data.max_file_mb "
+                    f"{self._max_bytes / 1024 / 1024:g}", None, b"")
         try:
             volume = _read_array(files[file_name], suffix, "volume")
             if suffix == ".npz":
@@ -190,6 +202,10 @@ class VolumeSource:
         return tf.data.Dataset.from_tensor_slices(
             (np.arange(len(self._pngs), dtype=np.int64), np.array(self._pngs, dtype=object))
         )
+
+    def native_channels(self) -> list[int]:
+        """Volumes are read as one-channel (grayscale) slices."""
+        return [1 for item in self._items if item.problem is None]
 
     def items(self) -> Iterator[SourceItem]:
         """One item per volume file, in index order."""

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 
 pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[2]
@@ -322,7 +323,10 @@ def test_run_on_the_server_has_summary_report_model_card_and_model(sweep, client
     assert (local / "evaluation" / "tfma" / "eval_config.json").exists()
     card = (local / "model_card.md").read_text()
     assert "## Intended use" in card and "float32" in card and fp32["run_id"] in card
-    assert (local / "serving_model" / "saved_model.pb").exists()
+    # serving_model/ is an MLflow pyfunc model wrapping the pushed SavedModel.
+    mlmodel = yaml.safe_load((local / "serving_model" / "MLmodel").read_text())
+    wrapped = mlmodel["flavors"]["python_function"]["artifacts"]["saved_model"]["path"]
+    assert (local / "serving_model" / wrapped / "saved_model.pb").exists()
 
 
 def test_the_pushed_version_is_the_champion(sweep, client):

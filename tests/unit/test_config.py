@@ -78,6 +78,14 @@ def test_strict_values_empty_source_and_model_params_fail_at_load(override, name
     assert named in str(caught.value) and f"--set {override}" in str(caught.value)
 
 
+def test_module_file_params_are_not_judged_by_the_builtin_model_they_replace():
+    # `units` is not a seed_cnn parameter, but with a module file seed_cnn does not train:
+    # the module's builder is what the pre-Ingest model check calls with these params.
+    config = load_config("configs/local.yaml", [
+        "model.params.units=16", "model.module_file=tests/data/user_models/lstm_rows.py"])
+    assert config.model.params == {"units": 16}
+
+
 def test_non_utf8_config_file_is_one_line_naming_it(tmp_path):
     path = tmp_path / "latin1.yaml"
     path.write_bytes("trainer:\n  epochs: 3  # caf\xe9\n".encode("latin-1"))

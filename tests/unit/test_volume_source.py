@@ -8,6 +8,7 @@ import json
 import numpy as np
 import tensorflow as tf
 
+from components.ingest.headers import SizeLimits
 from components.ingest.ingest import ingest
 from components.ingest.volume_source import is_volume_dir
 from pipelines.volumes import generate_volumes
@@ -44,3 +45,22 @@ def test_npz_pairs_are_ingested_with_depth_and_mask(tmp_path):
                                       masks_by_file[name].reshape(-1))
         seen += 1
     assert seen == 6
+
+
+def test_stray_files_are_listed_as_ignored_and_oversized_volumes_quarantined(tmp_path):
+    volumes, masks, _ = generate_volumes(4, (8, 8, 8), seed=5)
+    (tmp_path / "data" / "a").mkdir(parents=True)
+    for index, (volume, mask) in enumerate(zip(volumes, masks, strict=True)):
+        np.savez(tmp_path / "data" / "a" / f"v{index}.npz", volume=volume, mask=mask)
+    big = np.zeros((64, 128, 128), np.float32)
+    np.savez(tmp_path / "data" / "a" / "huge.npz", volume=big, mask=big)
+    (tmp_path / "data" / "a" / "README.txt").write_text("notes")
+
+    result = ingest(str(tmp_path / "data"), str(tmp_path / "examples"), str(tmp_path / "q.json"),
+                    max_bad_fraction=0.5, splits={"train": 0.5, "eval": 0.5},
+                    limits=SizeLimits(max_file_mb=1))
+    report = json.loads((tmp_path / "q.json").read_text())
+    assert report["ignored"] == ["a/README.txt"]
+    reasons = {e["path"]: e["reason"] for e in report["files"]}
+    assert reasons == {"a/huge.npz": "file is 8.0 MB > data.max_file_mb 1"}
+    assert result.channels == 1 and sum(result.split_counts.values()) == 4
