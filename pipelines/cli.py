@@ -151,7 +151,7 @@ def _resolve_data(config: Any, workspace: Any, data_arg: str | None) -> Any:
     return selection
 
 
-def _check_model_file(config: Any, out: TextIO) -> None:
+def check_model_file(config: Any, out: TextIO) -> None:
     """Import `model.module_file` and build its model once under the resolved policy; a
     refusal is a UsageError (exit 2) in one line, its traceback in the log."""
     if not config.model.module_file:
@@ -307,7 +307,7 @@ def _run_pipeline(
     except ConfigError as error:
         raise UsageError(str(error)) from None
     workspace = Workspace(workspace_root)
-    _check_model_file(config, out)  # before anything runs: a bad model file costs seconds
+    check_model_file(config, out)  # before anything runs: a bad model file costs seconds
     data = _resolve_data(config, workspace, args.data)
     plan = planner(config, workspace, data) if planner else RunPlan()
     run_dir = workspace.run_dir(run_id)

@@ -51,8 +51,9 @@ def make_clients(in_cluster: bool = False, context: str | None = None) -> tuple[
     return client.BatchV1Api(), client.CoreV1Api(), client.CustomObjectsApi()
 
 
-def load_cluster_config(args: argparse.Namespace) -> Any:
-    """The config of `--config` / `--set`, checked for what the cluster runner needs."""
+def load_cluster_config(args: argparse.Namespace, check_model: bool = False) -> Any:
+    """The config of `--config` / `--set`, checked for what the cluster runner needs; with
+    `check_model`, a user's model file too (commands that start a run)."""
     from pipelines.config import ConfigError, load_config
 
     try:
@@ -63,6 +64,13 @@ def load_cluster_config(args: argparse.Namespace) -> Any:
     if workers > 1 and trainer.strategy not in ("auto", "multi_worker"):
         raise UsageError(f"kubernetes.trainer.workers={workers} needs trainer.strategy auto or "
                          f"multi_worker. Received: trainer.strategy={trainer.strategy}")
+    if not check_model:
+        return config
+    from pipelines.cli import check_model_file
+
+    # A user's model file is imported and built here, before any object reaches the cluster:
+    # a refusal costs seconds here instead of a pod start and an Ingest there.
+    check_model_file(config, sys.stdout)
     return config
 
 
@@ -96,7 +104,12 @@ def compile_for_kubernetes(config: Any, run_id: str, data_arg: str | None,
         data = DataSelection(root=stand_in)
         note = (f"data {data_arg or config.data.source} is not reachable here ({error}); "
                 "the driver computes the real Ingest fingerprint at submit time")
-    pipeline = create_pipeline(config, workspace, data, schema_file=schema_file)
+    from models.user_module import UserModelError
+
+    try:
+        pipeline = create_pipeline(config, workspace, data, schema_file=schema_file)
+    except UserModelError as error:  # the model file cannot be staged into the pipeline root
+        raise UsageError(str(error)) from None
     ir = compile_pipeline(pipeline, run_id)
     prepare_ir(ir, config)
     return pipeline, ir, note
@@ -119,7 +132,7 @@ def _command_compile(args: argparse.Namespace) -> int:
     from pipelines.cli import _library_output_to, _new_run_id, _quiet_tensorflow
 
     _quiet_tensorflow()
-    config = load_cluster_config(args)
+    config = load_cluster_config(args, check_model=True)
     if args.pipeline_root is not None:
         from pipelines.kfp_export import check_pipeline_root
 
@@ -173,7 +186,7 @@ def _command_submit(args: argparse.Namespace) -> int:
     from pipelines.retrain import cluster_run_lock
 
     _quiet_tensorflow()
-    config = load_cluster_config(args)
+    config = load_cluster_config(args, check_model=not args.resume)
     run_id = args.resume or args.run_id or _new_run_id()
     if args.driver_job:
         from pipelines.kubernetes.driver_job import create_driver_job, driver_arguments

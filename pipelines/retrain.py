@@ -166,7 +166,7 @@ def _retrain_on_kubernetes(args: argparse.Namespace) -> int:
                          f"is kubernetes.workspace, the lock the cluster run lock, the summary "
                          f"<kubernetes.workspace>/runs/<run id>/summary.json")
     _quiet_tensorflow()
-    config = load_cluster_config(args)
+    config = load_cluster_config(args, check_model=True)
     run_id = _new_run_id()
     with cluster_run_lock(config) as lock:
         if not lock.acquired:

@@ -72,3 +72,19 @@ def test_missing_model_file_is_refused_naming_it(mptfx, tmp_path):
     assert f"mptfx: error: model.module_file {missing}: cannot read it" in result.stderr
     assert not (tmp_path / "ws" / "tfx").exists()
 
+
+
+def test_cluster_commands_refuse_a_bad_model_file_before_writing_any_object(mptfx, tmp_path):
+    """`mptfx k8s compile` (and submit, retrain --runner kubernetes, which load the config the
+    same way) runs the same check before anything is compiled: exit 2, one line, no objects.
+    No cluster is needed: the refusal comes before any Kubernetes call."""
+    model_file = MODELS / "float32_constant.py"
+    out = tmp_path / "k8s-out"
+    result = mptfx("k8s", "compile", "--out", str(out),
+                   "--set", f"model.module_file={model_file}",
+                   "--set", "trainer.precision=mixed_float16")
+    assert result.returncode == 2, result.stderr[-2000:]
+    errors = [line for line in result.stderr.splitlines() if line.startswith("mptfx: error:")]
+    assert len(errors) == 1 and f"model.module_file {model_file}" in errors[0], result.stderr
+    assert "layer 'add_bias' (AddBias) fails under mixed_float16" in errors[0]
+    assert not list(out.glob("*.yaml")) and not (out / "pipeline.json").exists()
