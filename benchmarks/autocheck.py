@@ -33,16 +33,10 @@ def auto_choice(model_name: str, input_shape: Sequence[int], batch_size: int,
     from components.trainer import autotune
     from components.trainer import module as trainer_module
     from components.trainer.optimizer import LossScaleSettings
-    from components.trainer.precision import (
-        describe_devices,
-        resolve_precision_policy,
-        resolve_xla,
-    )
+    from components.trainer.precision import static_auto_choice
     from models import model_task
 
-    devices = describe_devices()
-    policy, policy_reason = resolve_precision_policy("auto", devices)
-    xla, xla_reason = resolve_xla("auto", devices)
+    devices, policy, policy_reason, xla, xla_reason = static_auto_choice()
     strategy = tf.distribute.get_strategy()
     models: dict[Any, Any] = {}
 

@@ -168,15 +168,9 @@ def gather_facts() -> Facts:
     import tensorflow as tf
 
     from components.trainer.autotune import candidate_cells
-    from components.trainer.precision import (
-        describe_devices,
-        resolve_precision_policy,
-        resolve_xla,
-    )
+    from components.trainer.precision import static_auto_choice
 
-    devices = describe_devices()
-    policy, policy_reason = resolve_precision_policy("auto", devices)
-    xla, xla_reason = resolve_xla("auto", devices)
+    devices, policy, policy_reason, xla, xla_reason = static_auto_choice()
     xla_results: dict[str, str | None] = {}
     for logical in tf.config.list_logical_devices():
         if logical.device_type not in ("CPU", "GPU"):

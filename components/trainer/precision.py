@@ -164,6 +164,17 @@ def resolve_xla(requested: str | bool, devices: Sequence[DeviceDescription]) -> 
     return False, "CPU: XLA is slower here; off"
 
 
+def static_auto_choice(
+    devices: Sequence[DeviceDescription] | None = None,
+) -> tuple[list[DeviceDescription], str, str, bool, str]:
+    """What the static rules pick for `precision: auto` and `xla: auto` on `devices` (this
+    machine's when None): (devices, policy, policy reason, xla, xla reason)."""
+    devices = describe_devices() if devices is None else list(devices)
+    policy, policy_reason = resolve_precision_policy("auto", devices)
+    xla, xla_reason = resolve_xla("auto", devices)
+    return devices, policy, policy_reason, xla, xla_reason
+
+
 def _resolve_cpu_policy(cpus: Sequence[DeviceDescription]) -> tuple[str, str]:
     bfloat16_features = sorted(
         set.intersection(*(set(d.cpu_features) for d in cpus)) & CPU_BFLOAT16_FEATURES
