@@ -2,7 +2,7 @@
 
     mptfx run [--config FILE] [--set KEY=VALUE ...] [--workspace DIR] [--data DIR] [--json]
 
-Exit codes (pipelines/errors.py): 0 the run completed (blessed or not), 1 a pipeline
+Exit codes (components/errors.py): 0 the run completed (blessed or not), 1 a pipeline
 component failed, 2 usage, configuration or input-data error (the message names the key,
 file or folder), 130 interrupted.
 """
@@ -25,14 +25,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from pipelines.errors import (
+from components.errors import (
     EXIT_INTERRUPTED,
     EXIT_OK,
     EXIT_PIPELINE_FAILED,
     EXIT_USAGE,
     UsageError,
 )
-from pipelines.redact import redact_text, redact_tree
+from components.redact import redact_text, redact_tree
 
 
 @dataclass

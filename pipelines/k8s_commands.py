@@ -24,7 +24,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from pipelines.errors import (
+from components.errors import (
     EXIT_INTERRUPTED,
     EXIT_OK,
     EXIT_PIPELINE_FAILED,

@@ -132,7 +132,7 @@ class DatabaseRunLock:
     def __enter__(self) -> DatabaseRunLock:
         import psycopg2
 
-        from pipelines.errors import UsageError
+        from components.errors import UsageError
 
         try:
             connection = psycopg2.connect(**self._params)

@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pipelines.errors import EXIT_OK, UsageError
+from components.errors import EXIT_OK, UsageError
 
 SCHEMA_FILE = "schema.pbtxt"
 
@@ -188,7 +188,7 @@ def _cluster_metadata(config: Any) -> Any:
     """The ConnectionConfig of the cluster's ML Metadata database, password from the env."""
     from ml_metadata.proto import metadata_store_pb2
 
-    from pipelines.pod_env import PASSWORD_ENV
+    from components.pod_env import PASSWORD_ENV
 
     database = config.kubernetes.metadata
     connection = metadata_store_pb2.ConnectionConfig()
@@ -223,8 +223,8 @@ def cluster_run_lock(config: Any) -> Any:
     """The lock every cluster run of the pipeline holds (`mptfx k8s submit`, `mptfx retrain
     --runner kubernetes` or `--lock database`): a PostgreSQL advisory lock plus a row in
     `kubernetes.metadata`'s database, password from MPTFX_MLMD_PASSWORD as in the pods."""
+    from components.pod_env import PASSWORD_ENV
     from pipelines.locking import DatabaseRunLock
-    from pipelines.pod_env import PASSWORD_ENV
 
     database = config.kubernetes.metadata
     if database.engine != "postgresql":

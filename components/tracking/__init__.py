@@ -21,9 +21,9 @@ import json
 from pathlib import Path
 from typing import Any, TextIO
 
+from components.redact import redact, redact_text
 from components.tracking.store import TrackingStore, is_local_uri, server_host
 from components.tracking.store import resolve_store as _resolve
-from pipelines.redact import redact, redact_text
 
 __all__ = ["TrackingStore", "log_run", "resolve_store"]
 
