@@ -56,7 +56,7 @@ COMMAND_MODULES: list[str] = [
     "components.tracking.commands",
     "benchmarks.commands",
     "pipelines.doctor",
-    "components.serving.commands",
+    "pipelines.serve_commands",
 ]
 
 
