@@ -15,7 +15,7 @@ import argparse
 import shlex
 import sys
 
-from pipelines.errors import UsageError
+from components.errors import UsageError
 
 _PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
 _XLA_VALUES = {"off": False, "on": True}

@@ -36,8 +36,8 @@ from benchmarks.plan import (
     cell_skip_reason,
     model_setup,
 )
+from components.errors import UsageError
 from components.trainer.batch_size import search_largest_batch
-from pipelines.errors import UsageError
 
 RESULTS_JSON = "results.json"
 RESULTS_MD = "results.md"

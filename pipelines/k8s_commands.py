@@ -24,7 +24,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from pipelines.errors import (
+from components.errors import (
     EXIT_INTERRUPTED,
     EXIT_OK,
     EXIT_PIPELINE_FAILED,
@@ -66,7 +66,7 @@ def load_cluster_config(args: argparse.Namespace, check_model: bool = False) -> 
                          f"multi_worker. Received: trainer.strategy={trainer.strategy}")
     if not check_model:
         return config
-    from pipelines.cli import check_model_file
+    from pipelines.run_command import check_model_file
 
     # A user's model file is imported and built here, before any object reaches the cluster:
     # a refusal costs seconds here instead of a pod start and an Ingest there.
@@ -85,7 +85,7 @@ def compile_for_kubernetes(config: Any, run_id: str, data_arg: str | None,
     fingerprint is not the real one. `data` (a DataSelection already resolved, e.g. by
     `mptfx retrain`) replaces `data_arg`; `schema_file` is the schema to validate against.
     """
-    from pipelines.cli import _resolve_data
+    from pipelines.data_source import resolve_data
     from pipelines.kubernetes.ir import prepare_ir
     from pipelines.local_runner import compile_pipeline
     from pipelines.pipeline import create_pipeline
@@ -95,7 +95,7 @@ def compile_for_kubernetes(config: Any, run_id: str, data_arg: str | None,
     workspace = Workspace(Path(config.kubernetes.workspace))
     note = ""
     try:
-        data = data or _resolve_data(config, workspace, data_arg)
+        data = data or resolve_data(config, workspace, data_arg)
     except (UsageError, OSError) as error:
         if not allow_missing_data:
             raise UsageError(f"{error} (data.source must be reachable where the driver runs; "
@@ -129,9 +129,10 @@ def _write_objects(objects: list[dict[str, Any]], out_dir: Path) -> list[Path]:
 
 
 def _command_compile(args: argparse.Namespace) -> int:
-    from pipelines.cli import _library_output_to, _new_run_id, _quiet_tensorflow
+    from pipelines.console import library_output_to, quiet_tensorflow
+    from pipelines.workspace import new_run_id
 
-    _quiet_tensorflow()
+    quiet_tensorflow()
     config = load_cluster_config(args, check_model=True)
     if args.pipeline_root is not None:
         from pipelines.kfp_export import check_pipeline_root
@@ -143,10 +144,10 @@ def _command_compile(args: argparse.Namespace) -> int:
             check_pipeline_root(args.pipeline_root)
         except ValueError as error:
             raise UsageError(f"--pipeline-root: {error}") from None
-    run_id = args.run_id or _new_run_id()
+    run_id = args.run_id or new_run_id()
     out_dir = Path(args.out or f"k8s-out/{run_id}")
     # The libraries' chatter goes to compile.log; our lines to the terminal.
-    with _library_output_to(out_dir / "compile.log", console_fd=1) as out:
+    with library_output_to(out_dir / "compile.log", console_fd=1) as out:
         pipeline, ir, note = compile_for_kubernetes(config, run_id, args.data,
                                                     allow_missing_data=True)
         if args.engine == "kfp":
@@ -182,12 +183,13 @@ def _write_run_objects(config: Any, run_id: str, ir: Any, out_dir: Path, out: An
 
 
 def _command_submit(args: argparse.Namespace) -> int:
-    from pipelines.cli import _new_run_id, _quiet_tensorflow
-    from pipelines.retrain import cluster_run_lock
+    from pipelines.console import quiet_tensorflow
+    from pipelines.locking import cluster_run_lock
+    from pipelines.workspace import new_run_id
 
-    _quiet_tensorflow()
+    quiet_tensorflow()
     config = load_cluster_config(args, check_model=not args.resume)
-    run_id = args.resume or args.run_id or _new_run_id()
+    run_id = args.resume or args.run_id or new_run_id()
     if args.driver_job:
         from pipelines.kubernetes.driver_job import create_driver_job, driver_arguments
 
@@ -216,7 +218,7 @@ def drive_run(config: Any, run_id: str, clients: tuple[Any, Any, Any], *, in_clu
     from `mptfx retrain`; `after_run(summary)` runs once the run succeeded and was recorded.
     Returns the exit code.
     """
-    from pipelines.cli import _library_output_to
+    from pipelines.console import library_output_to
     from pipelines.k8s_tracking import record_run
     from pipelines.kubernetes.driver import KubernetesRunner
     from pipelines.kubernetes.ir import ir_uri, plan_nodes, store_ir
@@ -224,7 +226,7 @@ def drive_run(config: Any, run_id: str, clients: tuple[Any, Any, Any], *, in_clu
     namespace = config.kubernetes.namespace
     workspace_root = Path(config.kubernetes.workspace if in_cluster else "workspace")
     logs = Path(log_dir or workspace_root / "runs" / run_id)
-    with _library_output_to(logs / "driver.log", console_fd=1) as out:
+    with library_output_to(logs / "driver.log", console_fd=1) as out:
         if resume:
             from pipelines.node_entrypoint import load_ir
             from pipelines.workspace import Workspace

@@ -45,7 +45,7 @@ def record_run(
         ML Metadata could not be read.
     """
     from components import tracking
-    from pipelines.cli import _one_line
+    from pipelines.console import one_line
     from pipelines.node_entrypoint import connection_config, describe_database
     from pipelines.summary import build_summary, collect_outputs
 
@@ -54,7 +54,7 @@ def record_run(
         nodes = collect_outputs(connection, config.pipeline.name, report.run_id)
     except Exception as error:  # the run itself is over: report, do not fail it
         print(f"mptfx: warning: run {report.run_id} not tracked: ML Metadata at "
-              f"{describe_database(connection)} could not be read: {_one_line(error)}",
+              f"{describe_database(connection)} could not be read: {one_line(error)}",
               file=out, flush=True)
         return {}
     timings = {node_id: status.seconds for node_id, status in report.nodes.items()}
@@ -81,7 +81,7 @@ def record_run(
     try:
         store = tracking.resolve_store(config, workspace_root, out)
     except Exception as error:  # tracking.required with the server down: say so, keep going
-        print(f"mptfx: warning: run {report.run_id} not tracked: {_one_line(error)}",
+        print(f"mptfx: warning: run {report.run_id} not tracked: {one_line(error)}",
               file=out, flush=True)
         return summary
     tracking.log_run(store, summary, out)

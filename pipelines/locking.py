@@ -132,7 +132,7 @@ class DatabaseRunLock:
     def __enter__(self) -> DatabaseRunLock:
         import psycopg2
 
-        from pipelines.errors import UsageError
+        from components.errors import UsageError
 
         try:
             connection = psycopg2.connect(**self._params)
@@ -257,3 +257,22 @@ def _this_process() -> dict[str, Any]:
         "host": socket.gethostname(),
         "since": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
     }
+
+
+def cluster_run_lock(config: Any) -> DatabaseRunLock:
+    """The lock every cluster run of the pipeline holds (`mptfx k8s submit`, `mptfx retrain
+    --runner kubernetes` or `--lock database`): a PostgreSQL advisory lock plus a row in
+    `kubernetes.metadata`'s database, password from MPTFX_MLMD_PASSWORD as in the pods."""
+    from components.errors import UsageError
+    from components.pod_env import PASSWORD_ENV
+
+    database = config.kubernetes.metadata
+    if database.engine != "postgresql":
+        raise UsageError(f"the cluster run lock (mptfx k8s submit, mptfx retrain --runner "
+                         f"kubernetes or --lock database) needs kubernetes.metadata.engine: "
+                         f"postgresql. Received: engine={database.engine!r}")
+    return DatabaseRunLock(
+        f"retrain/{config.pipeline.name}", host=database.host, port=database.port,
+        database=database.database, user=database.user,
+        password=os.environ.get(PASSWORD_ENV, ""),
+    )

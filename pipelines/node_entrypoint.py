@@ -17,7 +17,7 @@ chief (worker 0) runs the launcher and alone publishes to ML Metadata; every oth
 joins the chief's execution: it reads the chief's input artifacts from ML Metadata, runs the
 same executor with scratch outputs, and stops when the chief's execution ends.
 
-Exit codes (pipelines/errors.py): 0 the node succeeded (or was already done), 1 it failed,
+Exit codes (components/errors.py): 0 the node succeeded (or was already done), 1 it failed,
 2 the IR, the node id, the database or the worker setup is wrong (one line names it).
 """
 
@@ -34,8 +34,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pipelines.errors import EXIT_OK, EXIT_PIPELINE_FAILED, EXIT_USAGE, UsageError
-from pipelines.pod_env import (
+from components.errors import EXIT_OK, EXIT_PIPELINE_FAILED, EXIT_USAGE, UsageError
+from components.pod_env import (
     PASSWORD_ENV,
     TFConfigError,
     build_tf_config,

@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pipelines.errors import EXIT_OK, UsageError
+from components.errors import EXIT_OK, UsageError
 
 SCHEMA_FILE = "schema.pbtxt"
 
@@ -88,7 +88,7 @@ def plan_retrain(config: Any, workspace: Any, data: Any, metadata: Any = None) -
     workspace's own sqlite file.
     """
     from components.ingest.listing import compute_input_fingerprint
-    from pipelines.cli import RunPlan
+    from pipelines.run_command import RunPlan
 
     trained = trained_inputs(metadata or str(workspace.metadata_path), config.pipeline.name)
     if data.spans and trained:
@@ -115,8 +115,8 @@ def plan_retrain(config: Any, workspace: Any, data: Any, metadata: Any = None) -
 
 
 def _command_retrain(args: argparse.Namespace) -> int:
-    from pipelines.cli import _command_run
     from pipelines.locking import LockHeartbeat
+    from pipelines.run_command import command_run
 
     if args.runner == "kubernetes":
         return _retrain_on_kubernetes(args)
@@ -130,9 +130,9 @@ def _command_retrain(args: argparse.Namespace) -> int:
             print(f"mptfx retrain: took over the lock of a run that did not finish "
                   f"({lock.describe_holder()})", file=sys.stderr)
         if args.lock != "database":
-            return _command_run(args, planner=plan_retrain)
+            return command_run(args, planner=plan_retrain)
         with LockHeartbeat(lock, HEARTBEAT_SECONDS, _stop_run_lock_lost):
-            return _command_run(args, planner=plan_retrain)
+            return command_run(args, planner=plan_retrain)
 
 
 # How often a database lock's session is checked; a lost session stops the run.
@@ -154,9 +154,11 @@ def _say_already_running(args: argparse.Namespace, lock: Any) -> None:
 
 def _retrain_on_kubernetes(args: argparse.Namespace) -> int:
     """One Job per node on the cluster, spans and no-op judged by the cluster's ML Metadata."""
-    from pipelines.cli import _new_run_id, _quiet_tensorflow, _resolve_data
+    from pipelines.console import quiet_tensorflow
+    from pipelines.data_source import resolve_data
     from pipelines.k8s_commands import drive_run, load_cluster_config, make_clients
-    from pipelines.workspace import Workspace
+    from pipelines.locking import cluster_run_lock
+    from pipelines.workspace import Workspace, new_run_id
 
     refused = [flag for flag, given in (("--lock file", args.lock == "file"),
                                         ("--workspace", args.workspace != "workspace"),
@@ -165,15 +167,15 @@ def _retrain_on_kubernetes(args: argparse.Namespace) -> int:
         raise UsageError(f"{refused[0]} does not apply to --runner kubernetes: the workspace "
                          f"is kubernetes.workspace, the lock the cluster run lock, the summary "
                          f"<kubernetes.workspace>/runs/<run id>/summary.json")
-    _quiet_tensorflow()
+    quiet_tensorflow()
     config = load_cluster_config(args, check_model=True)
-    run_id = _new_run_id()
+    run_id = new_run_id()
     with cluster_run_lock(config) as lock:
         if not lock.acquired:
             _say_already_running(args, lock)
             return EXIT_OK
         workspace = Workspace(Path(config.kubernetes.workspace))
-        data = _resolve_data(config, workspace, args.data)
+        data = resolve_data(config, workspace, args.data)
         plan = plan_retrain(config, workspace, data, metadata=_cluster_metadata(config))
         if plan.skip_reason:
             print(f"mptfx retrain {run_id}: {plan.skip_reason}; nothing to do")
@@ -188,7 +190,7 @@ def _cluster_metadata(config: Any) -> Any:
     """The ConnectionConfig of the cluster's ML Metadata database, password from the env."""
     from ml_metadata.proto import metadata_store_pb2
 
-    from pipelines.pod_env import PASSWORD_ENV
+    from components.pod_env import PASSWORD_ENV
 
     database = config.kubernetes.metadata
     connection = metadata_store_pb2.ConnectionConfig()
@@ -206,7 +208,7 @@ def _cluster_metadata(config: Any) -> Any:
 
 def _run_lock(args: argparse.Namespace, workspace_root: Path) -> Any:
     """The file lock in the workspace, or with `--lock database` the cluster run lock."""
-    from pipelines.locking import RunLock
+    from pipelines.locking import RunLock, cluster_run_lock
 
     if args.lock in (None, "file"):
         return RunLock(workspace_root / "retrain.lock")
@@ -219,28 +221,9 @@ def _run_lock(args: argparse.Namespace, workspace_root: Path) -> Any:
     return cluster_run_lock(config)
 
 
-def cluster_run_lock(config: Any) -> Any:
-    """The lock every cluster run of the pipeline holds (`mptfx k8s submit`, `mptfx retrain
-    --runner kubernetes` or `--lock database`): a PostgreSQL advisory lock plus a row in
-    `kubernetes.metadata`'s database, password from MPTFX_MLMD_PASSWORD as in the pods."""
-    from pipelines.locking import DatabaseRunLock
-    from pipelines.pod_env import PASSWORD_ENV
-
-    database = config.kubernetes.metadata
-    if database.engine != "postgresql":
-        raise UsageError(f"the cluster run lock (mptfx k8s submit, mptfx retrain --runner "
-                         f"kubernetes or --lock database) needs kubernetes.metadata.engine: "
-                         f"postgresql. Received: engine={database.engine!r}")
-    return DatabaseRunLock(
-        f"retrain/{config.pipeline.name}", host=database.host, port=database.port,
-        database=database.database, user=database.user,
-        password=os.environ.get(PASSWORD_ENV, ""),
-    )
-
-
 def register(commands: Any) -> None:
     """Add `mptfx retrain` to the CLI."""
-    from pipelines.cli import add_run_arguments
+    from pipelines.run_command import add_run_arguments
 
     retrain = commands.add_parser(
         "retrain", help="retrain when new data arrived (for cron / a Kubernetes CronJob)")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime
+import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,3 +45,9 @@ class Workspace:
 
     def run_dir(self, run_id: str) -> Path:
         return self.runs_dir / run_id
+
+
+def new_run_id() -> str:
+    """A new run's id, e.g. `20250301-142233-3fa9`: sortable by start time, unique enough
+    for runs started in the same second (the name of `runs/<run id>`)."""
+    return datetime.datetime.now().strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(2)

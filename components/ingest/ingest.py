@@ -8,6 +8,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from components.faults import fault_point
 from components.ingest.errors import DataError
 from components.ingest.headers import SizeLimits
 from components.ingest.listing import (
@@ -25,7 +26,6 @@ from components.ingest.sources import FolderSource, TFRecordSource
 from components.ingest.splits import SplitAssigner, parse_split_ratios
 from components.ingest.volume_source import VolumeSource, is_volume_dir
 from components.ingest.writer import SplitWriters, build_example, write_json
-from pipelines.faults import fault_point
 
 logger = logging.getLogger(__name__)
 

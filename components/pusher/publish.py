@@ -22,7 +22,7 @@ from collections.abc import Callable, Collection
 
 import tensorflow as tf
 
-from pipelines.faults import fault_point
+from components.faults import fault_point
 
 _STAGING_PREFIX = ".staging-"
 # `<base>/.reserved-<version>`: taken with an exclusive mkdir before a version is staged, so

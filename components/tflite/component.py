@@ -31,11 +31,11 @@ from tfx.dsl.component.experimental.decorators import component
 from tfx.types import artifact, standard_artifacts
 from tfx.utils import path_utils
 
+from components.faults import fault_point
 from components.tflite.convert import VARIANTS, convert, read_signature_input
 from components.tflite.data import load_split_images, read_label_names
 from components.tflite.parity import check_parity
 from components.tflite.publish import commit_version, new_staging_dir, prune_versions
-from pipelines.faults import fault_point
 
 EVAL_SPLIT = "eval"
 TRAIN_SPLIT = "train"

@@ -21,9 +21,9 @@ import json
 from pathlib import Path
 from typing import Any, TextIO
 
+from components.redact import redact, redact_text
+from components.tracking import store as store_lib
 from components.tracking.store import TrackingStore, is_local_uri, server_host
-from components.tracking.store import resolve_store as _resolve
-from pipelines.redact import redact, redact_text
 
 __all__ = ["TrackingStore", "log_run", "resolve_store"]
 
@@ -34,8 +34,8 @@ def resolve_store(config: Any, workspace_root: Path, out: TextIO) -> TrackingSto
     Raises TrackingServerUnreachable (a UsageError, exit 2, naming the host) when the server
     does not answer and `tracking.required` is true.
     """
-    store = _resolve(config.tracking, config.pipeline.name, config.pusher.model_name,
-                     Path(workspace_root))
+    store = store_lib.resolve_store(config.tracking, config.pipeline.name,
+                                    config.pusher.model_name, Path(workspace_root))
     if store.is_fallback:
         print(store.fallback_warning(), file=out, flush=True)
     return store

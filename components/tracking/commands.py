@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from components.errors import EXIT_OK, UsageError
 from components.tracking.compare import FORMATS
 from components.tracking.store import (
     LOCAL_ARTIFACTS_DIR,
@@ -28,7 +29,6 @@ from components.tracking.store import (
     requested_tracking_uri,
     require_reachable,
 )
-from pipelines.errors import EXIT_OK, UsageError
 
 DEFAULT_LAST = 10
 CONNECT_TIMEOUT_SECONDS = 5.0

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from components.redact import redact
 from components.tracking import content, registry
 from components.tracking.model_card import render_model_card
 from components.tracking.store import (
@@ -22,7 +23,6 @@ from components.tracking.store import (
     is_local_uri,
     mlflow_client,
 )
-from pipelines.redact import redact
 
 _RUN_STATUS = {"completed": "FINISHED", "failed": "FAILED", "skipped": "FINISHED"}
 # MLflow's per-request limits for log_batch.

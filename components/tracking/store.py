@@ -23,8 +23,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from pipelines.errors import UsageError
-from pipelines.redact import redact_text, with_credentials
+from components.errors import UsageError
+from components.redact import redact_text, with_credentials
 
 LOCAL_DB_NAME = "mlflow.db"
 LOCAL_ARTIFACTS_DIR = "mlartifacts"

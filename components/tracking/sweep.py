@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipelines.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_PIPELINE_FAILED, EXIT_USAGE
+from components.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_PIPELINE_FAILED, EXIT_USAGE
 
 
 class GridError(ValueError):

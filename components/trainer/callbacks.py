@@ -28,9 +28,9 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
+from components.faults import ENV_FAULT, fault_point
 from components.trainer.optimizer import current_loss_scale
 from components.trainer.training_model import PER_STEP_KEYS, STEP_LOSS, STEP_SKIPPED
-from pipelines.faults import ENV_FAULT, fault_point
 
 IMAGES_PER_SEC = "images_per_sec"
 LOSS_SCALE = "loss_scale"

@@ -27,6 +27,7 @@ import keras
 import tensorflow as tf
 from absl import logging
 
+from components import pod_env
 from components.trainer import autotune as autotune_lib
 from components.trainer import batch_size as batch_lib
 from components.trainer import data as data_lib
@@ -60,7 +61,6 @@ from components.trainer.warm_start import (
 from models import CLASSIFICATION, build_model, model_task
 from models.segmentation import DiceBCELoss, DiceCoefficient
 from models.user_module import resolve_model_name
-from pipelines import pod_env
 
 if TYPE_CHECKING:  # importing TFX costs ~25 CPU seconds; run_fn only reads attributes
     from tfx import v1 as tfx
@@ -580,7 +580,7 @@ def train_and_export(fn_args: tfx.components.FnArgs) -> TrainingResult:
             keras.callbacks.BackupAndRestore(backup_dir, double_checkpoint=True),
             EpochTensorBoard(os.path.join(model_run_dir, LOG_DIR)),
         ]
-        if CheckpointFault.wanted():  # crash tests only (pipelines/faults.py)
+        if CheckpointFault.wanted():  # crash tests only (components/faults.py)
             callbacks.insert(len(callbacks) - 1, CheckpointFault(backup_dir))  # after the backup
         train_started = time.perf_counter()
         model.fit(

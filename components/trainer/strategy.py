@@ -6,7 +6,7 @@
 "mirrored" mirrors over every GPU, or, on a machine without GPUs, over every logical CPU
 device (`tf.config.set_logical_device_configuration` splits one CPU into several, which is
 how the strategy is tested here). Under "multi_worker" only the chief writes shared outputs
-(`pipelines.pod_env.is_chief`); the other workers write to a scratch folder they delete.
+(`components.pod_env.is_chief`); the other workers write to a scratch folder they delete.
 
 Example:
 
@@ -22,10 +22,9 @@ from typing import Any
 
 import tensorflow as tf
 
-from components.trainer.precision import DeviceDescription
-
 # TF_CONFIG is read in one place for the Trainer and the pod entrypoint (TensorFlow-free).
-from pipelines.pod_env import cluster_size, read_tf_config
+from components.pod_env import cluster_size, read_tf_config
+from components.trainer.precision import DeviceDescription
 
 STRATEGIES = ("auto", "default", "one_device", "mirrored", "multi_worker")
 

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from pipelines.errors import UsageError
+from components.errors import UsageError
 
 
 class KubernetesError(UsageError):

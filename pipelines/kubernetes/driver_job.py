@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from pipelines.errors import EXIT_OK, UsageError
+from components.errors import EXIT_OK, UsageError
 from pipelines.kubernetes.api import KubernetesError
 from pipelines.kubernetes.driver import KubernetesRunner
 from pipelines.kubernetes.manifests import config_map, driver_job

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from pipelines.errors import UsageError
+from components.errors import UsageError
 
 TRAINER_NODE = "Trainer"
 IR_DIR = "_mptfx"

@@ -7,9 +7,9 @@ import hashlib
 import re
 from typing import Any
 
-from pipelines.errors import EXIT_USAGE
+from components.errors import EXIT_USAGE
+from components.pod_env import PASSWORD_ENV
 from pipelines.kubernetes.ir import NodePlan
-from pipelines.pod_env import PASSWORD_ENV
 
 LABEL_RUN = "mptfx.dev/run-id"
 LABEL_NODE = "mptfx.dev/node"

@@ -205,8 +205,8 @@ def _submit(config, ir, run_id, cluster, tmp: Path, plan=None):
 def local_run(tmp_path_factory):
     """The baseline: the same config run by the local runner (LocalDagRunner's loop, sqlite
     ML Metadata), in this process, which has imported TensorFlow already."""
-    from pipelines.cli import _resolve_data
     from pipelines.config import load_config
+    from pipelines.data_source import resolve_data
     from pipelines.local_runner import RunProgress, run_locally
     from pipelines.pipeline import create_pipeline
     from pipelines.summary import build_summary, collect_outputs
@@ -214,7 +214,7 @@ def local_run(tmp_path_factory):
 
     workspace = Workspace(tmp_path_factory.mktemp("local"))
     config = load_config(REPO / "configs/local.yaml", SMALL)
-    pipeline = create_pipeline(config, workspace, _resolve_data(config, workspace, None))
+    pipeline = create_pipeline(config, workspace, resolve_data(config, workspace, None))
     run_locally(pipeline, "local", lambda kind, timing: None, RunProgress())
     nodes = collect_outputs(pipeline.metadata_connection_config, config.pipeline.name, "local")
     return nodes, build_summary(nodes, {}, {})

@@ -2,7 +2,7 @@
 
 One workspace, one data folder and one real `mlflow server` on 127.0.0.1 (sqlite backend)
 whose URI carries `alice:<password>` are shared by every run here, so the whole file costs
-about a dozen small pipeline runs. Each kill is `MPTFX_FAULT=<point>` (pipelines/faults.py):
+about a dozen small pipeline runs. Each kill is `MPTFX_FAULT=<point>` (components/faults.py):
 the run `os._exit`s at that point as abruptly as `kill -9`, with no cleanup.
 """
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from pipelines.redact import redact, redact_text, redact_tree, with_credentials
+from components.redact import redact, redact_text, redact_tree, with_credentials
 
 
 @pytest.mark.parametrize("uri, expected", [

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from components.errors import UsageError
 from components.tracking import compare, content, registry, store, sweep
 from components.tracking.model_card import render_model_card
 from pipelines.config import TrackingSection
-from pipelines.errors import UsageError
 
 
 def closed_port() -> int:

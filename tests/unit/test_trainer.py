@@ -21,6 +21,7 @@ from tfx import v1 as tfx
 from trainer_testdata import EVAL_FRACTION, write_digits_examples
 
 import models
+from components import pod_env
 from components.trainer import data as data_lib
 from components.trainer import export as export_lib
 from components.trainer import module, strategy
@@ -33,7 +34,6 @@ from components.trainer.precision import (
     resolve_xla,
 )
 from models.registry import unregister_model
-from pipelines import pod_env
 
 NUM_IMAGES = 300
 LABEL_NAMES = [str(d) for d in range(10)]
@@ -198,7 +198,7 @@ def test_unknown_strategy_is_named():
     ],
 )
 def test_only_the_chief_exports(tf_config, chief):
-    # The Trainer and the pod entrypoint share this one is_chief (pipelines/pod_env.py).
+    # The Trainer and the pod entrypoint share this one is_chief (components/pod_env.py).
     assert pod_env.is_chief(tf_config) is chief
 
 

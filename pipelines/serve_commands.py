@@ -24,7 +24,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from pipelines.errors import EXIT_OK, EXIT_PIPELINE_FAILED, UsageError
+from components.errors import EXIT_OK, EXIT_PIPELINE_FAILED, UsageError
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
