@@ -73,3 +73,25 @@ def _sql(psycopg2, server: dict, statement: str) -> None:
     with connection.cursor() as cursor:
         cursor.execute(statement)
     connection.close()
+
+
+@pytest.fixture(scope="module")
+def local_run(tmp_path_factory):
+    """The replays' baseline: their SMALL config run by the local runner (LocalDagRunner's
+    loop, sqlite ML Metadata), in this process, which has imported TensorFlow already."""
+    from pipelines.config import load_config
+    from pipelines.data_source import resolve_data
+    from pipelines.local_runner import RunProgress, run_locally
+    from pipelines.pipeline import create_pipeline
+    from pipelines.summary import build_summary, collect_outputs
+    from pipelines.workspace import Workspace
+    from tests.k8s_double import SMALL
+
+    workspace = Workspace(tmp_path_factory.mktemp("local"))
+    config = load_config(REPO / "configs/local.yaml", SMALL)
+    pipeline = create_pipeline(config, workspace, resolve_data(config, workspace, None))
+    run_locally(pipeline, "local", lambda kind, timing: None, RunProgress())
+    nodes = collect_outputs(pipeline.metadata_connection_config, config.pipeline.name, "local")
+    return nodes, build_summary(nodes, {}, {})
+
+

@@ -2,12 +2,12 @@
 a separate `python -m pipelines.node_entrypoint` process against a real PostgreSQL server,
 in the order the Kubernetes runner schedules them; then a two-worker Trainer.
 
-The only stand-in is the Kubernetes API: `ProcessCluster` implements the calls the runner
-makes (BatchV1Api, CoreV1Api) and "runs" each Job by starting its container command as a
-local process with the container's environment (Secrets resolved), one process per pod, an
-Indexed Job's pods with JOB_COMPLETION_INDEX and their Service DNS names mapped to 127.0.0.1.
-PostgreSQL comes from .ci/run (MPTFX_TEST_PG_HOST/PORT/USER/PASSWORD, default
-127.0.0.1:5432 mptfx/mptfx); each test session makes a fresh database.
+The only stand-in is the Kubernetes API: `ProcessCluster` (tests/k8s_double.py) implements
+the calls the runner makes (BatchV1Api, CoreV1Api) and "runs" each Job by starting its
+container command as a local process with the container's environment (Secrets resolved),
+one process per pod, an Indexed Job's pods with JOB_COMPLETION_INDEX and their Service DNS
+names mapped to 127.0.0.1. PostgreSQL comes from .ci/run (MPTFX_TEST_PG_HOST/PORT/USER/
+PASSWORD, default 127.0.0.1:5432 mptfx/mptfx); each test session makes a fresh database.
 """
 
 from __future__ import annotations
@@ -16,209 +16,22 @@ import io
 import json
 import os
 import secrets
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from kubernetes.client import ApiClient
+
+from tests.k8s_double import (
+    REPO,
+    SMALL,
+    ProcessCluster,
+    connection,
+    k8s_overrides,
+    submit,
+)
 
 pytestmark = pytest.mark.e2e
-
-REPO = Path(__file__).resolve().parents[2]
-SMALL = ["data.builtin_per_class=40", "trainer.epochs=3", "evaluator.min_accuracy=0.5",
-         "tflite.variants=[fp32]"]
-_DESERIALIZE = ApiClient()._ApiClient__deserialize
-
-
-class RawResponse:
-    """What a client method returns with `_preload_content=False`: the server's JSON body."""
-
-    def __init__(self, body: dict):
-        self.data = json.dumps(body).encode()
-
-
-def _reply(body: dict, model: str, preload: bool):
-    return _DESERIALIZE(body, model) if preload else RawResponse(body)
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-class ProcessCluster:
-    """The Kubernetes API double whose Jobs run as local processes (one per pod)."""
-
-    def __init__(self, secrets: dict[tuple[str, str], str], scratch: Path):
-        self.secrets = secrets
-        self.scratch = scratch
-        self.jobs: dict[str, dict] = {}
-        self.services: dict[str, dict] = {}
-        self.order: list[str] = []  # node ids in creation order
-
-    # -- BatchV1Api ------------------------------------------------------------------------
-    def create_namespaced_job(self, namespace, body, _preload_content=True):
-        name = body["metadata"]["name"]
-        spec = body["spec"]
-        indexes = range(spec.get("completions", 1)) if spec.get("completionMode") == \
-            "Indexed" else [None]
-        job = {"body": body, "pods": [], "failed": 0, "done": set(), "state": None,
-               "address_map": self._address_map(body)}
-        self.jobs[name] = job
-        self.order.append(body["metadata"]["labels"]["mptfx.dev/node"])
-        for index in indexes:
-            self._start_pod(name, job, index)
-
-    def read_namespaced_job_status(self, name, namespace, _preload_content=True):
-        job = self.jobs[name]
-        for pod in list(job["pods"]):
-            code = pod["process"].poll()
-            if code is None or pod["seen"]:
-                continue
-            pod["seen"] = True
-            if code == 0:
-                job["done"].add(pod["index"])
-            else:
-                job["failed"] += 1
-                if code == 2 or job["failed"] > job["body"]["spec"]["backoffLimit"]:
-                    # exit 2: the Job's podFailurePolicy FailJob rule
-                    job["state"] = "Failed"
-                else:
-                    self._start_pod(name, job, pod["index"])
-        wanted = job["body"]["spec"].get("completions", 1)
-        if job["state"] is None and len(job["done"]) == wanted:
-            job["state"] = "Complete"
-        return _reply(self._as_dict(name), "V1Job", _preload_content)
-
-    def list_namespaced_job(self, namespace, label_selector="", _preload_content=True):
-        key, _, value = label_selector.partition("=")
-        items = [self._as_dict(name) for name, job in self.jobs.items()
-                 if job["body"]["metadata"]["labels"].get(key) == value]
-        return _reply({"items": items}, "V1JobList", _preload_content)
-
-    # -- CoreV1Api -------------------------------------------------------------------------
-    def create_namespaced_service(self, namespace, body):
-        self.services[body["metadata"]["name"]] = body
-
-    def list_namespaced_pod(self, namespace, label_selector=""):
-        job = self.jobs.get(label_selector.partition("=")[2], {"pods": []})
-        items = [{"metadata": {"name": pod["name"]}, "status": {"phase": "Running"}}
-                 for pod in job["pods"]]
-        return _DESERIALIZE({"items": items}, "V1PodList")
-
-    def read_namespaced_pod_log(self, name, namespace):
-        return (self.scratch / f"{name}.log").read_text(errors="replace")
-
-    # -- pods as processes -----------------------------------------------------------------
-    def _address_map(self, body) -> str:
-        """Indexed Job: each worker's Service DNS name -> a port on 127.0.0.1."""
-        command = body["spec"]["template"]["spec"]["containers"][0]["command"]
-        if "--worker-hosts" not in command:
-            return ""
-        hosts = command[command.index("--worker-hosts") + 1].split(",")
-        return ",".join(f"{host}=127.0.0.1:{_free_port()}" for host in hosts)
-
-    def _start_pod(self, name, job, index):
-        container = job["body"]["spec"]["template"]["spec"]["containers"][0]
-        pod_name = f"{name}-{index if index is not None else 0}-{len(job['pods'])}"
-        env = dict(os.environ)
-        for item in container.get("env", []):
-            if "value" in item:
-                env[item["name"]] = item["value"]
-            else:
-                ref = item["valueFrom"]["secretKeyRef"]
-                env[item["name"]] = self.secrets[(ref["name"], ref["key"])]
-        env["HOME"] = str(self.scratch / "home")  # the pod's emptyDir
-        if index is not None:
-            env["JOB_COMPLETION_INDEX"] = str(index)
-            env["MPTFX_WORKER_ADDRESS_MAP"] = job["address_map"]
-        command = [sys.executable if part == "python" else part for part in container["command"]]
-        log = open(self.scratch / f"{pod_name}.log", "w")  # noqa: SIM115 - closed by the OS
-        process = subprocess.Popen(command, cwd=REPO, env=env, stdout=log,
-                                   stderr=subprocess.STDOUT)
-        job["pods"].append({"name": pod_name, "index": index, "process": process,
-                            "seen": False})
-
-    def _as_dict(self, name):
-        job = self.jobs[name]
-        status = {"failed": job["failed"] or None, "succeeded": len(job["done"]) or None}
-        if job["state"] == "Complete":
-            status["conditions"] = [{"type": "Complete", "status": "True"}]
-        elif job["state"] == "Failed":
-            status["conditions"] = [{"type": "Failed", "status": "True",
-                                     "reason": "BackoffLimitExceeded"}]
-        return {**job["body"], "status": status}
-
-    def stop(self):
-        for job in self.jobs.values():
-            for pod in job["pods"]:
-                if pod["process"].poll() is None:
-                    pod["process"].kill()
-
-
-# ---------------------------------------------------------------------------------------------
-
-
-def _k8s_overrides(postgres: dict, workspace: Path) -> list[str]:
-    return [
-        f"kubernetes.workspace={workspace}",
-        f"kubernetes.metadata.host={postgres['host']}",
-        f"kubernetes.metadata.port={postgres['port']}",
-        f"kubernetes.metadata.database={postgres['database']}",
-        f"kubernetes.metadata.user={postgres['user']}",
-        "kubernetes.poll_seconds=0.5",
-        "kubernetes.backoff_limit=0",
-    ]
-
-
-def _connection(postgres: dict):
-    from ml_metadata.proto import metadata_store_pb2
-
-    config = metadata_store_pb2.ConnectionConfig()
-    pg = config.postgresql
-    pg.host, pg.port, pg.dbname = postgres["host"], str(postgres["port"]), postgres["database"]
-    pg.user, pg.password = postgres["user"], postgres["password"]
-    return config
-
-
-def _submit(config, ir, run_id, cluster, tmp: Path, plan=None):
-    """What `mptfx k8s submit` does after compiling: store the IR, run the plan."""
-    from pipelines.kubernetes.driver import KubernetesRunner
-    from pipelines.kubernetes.ir import ir_uri, plan_nodes, store_ir
-
-    root = ir.runtime_spec.pipeline_root.field_value.string_value
-    location = ir_uri(root, run_id)
-    store_ir(ir, location)
-    out = io.StringIO()
-    runner = KubernetesRunner(config, cluster, cluster, out=out, log_dir=tmp / "pods")
-    try:
-        report = runner.run(run_id, plan or plan_nodes(ir, config), location)
-    finally:
-        cluster.stop()
-    return report, location, out.getvalue()
-
-
-@pytest.fixture(scope="module")
-def local_run(tmp_path_factory):
-    """The baseline: the same config run by the local runner (LocalDagRunner's loop, sqlite
-    ML Metadata), in this process, which has imported TensorFlow already."""
-    from pipelines.config import load_config
-    from pipelines.data_source import resolve_data
-    from pipelines.local_runner import RunProgress, run_locally
-    from pipelines.pipeline import create_pipeline
-    from pipelines.summary import build_summary, collect_outputs
-    from pipelines.workspace import Workspace
-
-    workspace = Workspace(tmp_path_factory.mktemp("local"))
-    config = load_config(REPO / "configs/local.yaml", SMALL)
-    pipeline = create_pipeline(config, workspace, resolve_data(config, workspace, None))
-    run_locally(pipeline, "local", lambda kind, timing: None, RunProgress())
-    nodes = collect_outputs(pipeline.metadata_connection_config, config.pipeline.name, "local")
-    return nodes, build_summary(nodes, {}, {})
-
 
 @pytest.fixture(scope="module")
 def replay(postgres, tmp_path_factory):
@@ -226,11 +39,11 @@ def replay(postgres, tmp_path_factory):
     from pipelines.k8s_commands import compile_for_kubernetes
 
     tmp = tmp_path_factory.mktemp("replay")
-    config = load_config(REPO / "configs/local.yaml", SMALL + _k8s_overrides(postgres, tmp / "ws"))
+    config = load_config(REPO / "configs/local.yaml", SMALL + k8s_overrides(postgres, tmp / "ws"))
     run_id = "replay-" + secrets.token_hex(2)
     _, ir, _ = compile_for_kubernetes(config, run_id, None)
     cluster = ProcessCluster({("mptfx-postgres", "password"): postgres["password"]}, tmp)
-    report, location, out = _submit(config, ir, run_id, cluster, tmp)
+    report, location, out = submit(config, ir, run_id, cluster, tmp)
     return {"config": config, "ir": ir, "run_id": run_id, "report": report, "ir_uri": location,
             "out": out, "cluster": cluster, "tmp": tmp}
 
@@ -238,7 +51,7 @@ def replay(postgres, tmp_path_factory):
 def _replay_outputs(replay, postgres):
     from pipelines.summary import collect_outputs
 
-    return collect_outputs(_connection(postgres), replay["config"].pipeline.name,
+    return collect_outputs(connection(postgres), replay["config"].pipeline.name,
                            replay["run_id"])
 
 
@@ -335,7 +148,7 @@ def test_cluster_retraining_sees_the_submitted_run_and_does_nothing(replay, post
 
     monkeypatch.setattr(k8s_commands, "make_clients", no_cluster)
     monkeypatch.setenv("MPTFX_MLMD_PASSWORD", postgres["password"])
-    sets = [arg for item in SMALL + _k8s_overrides(postgres, replay["tmp"] / "ws")
+    sets = [arg for item in SMALL + k8s_overrides(postgres, replay["tmp"] / "ws")
             for arg in ("--set", item)]
     assert cli.main(["retrain", "--runner", "kubernetes", "--in-cluster", "--config",
                      str(REPO / "configs/local.yaml"), *sets]) == 0
@@ -374,7 +187,7 @@ def test_two_trainer_workers_train_together_and_only_the_chief_publishes(replay,
 
     tmp = replay["tmp"] / "multi-worker"
     tmp.mkdir()
-    config = load_config(REPO / "configs/local.yaml", SMALL + _k8s_overrides(
+    config = load_config(REPO / "configs/local.yaml", SMALL + k8s_overrides(
         postgres, replay["tmp"] / "ws") + ["kubernetes.trainer.workers=2",
                                           "pipeline.enable_cache=false"])
     run_id = replay["run_id"] + "-mw"
@@ -386,7 +199,7 @@ def test_two_trainer_workers_train_together_and_only_the_chief_publishes(replay,
                 if query.type.name == "pipeline_run":
                     query.name.field_value.string_value = replay["run_id"]
     cluster = ProcessCluster({("mptfx-postgres", "password"): postgres["password"]}, tmp)
-    report, _, out = _submit(config, ir, run_id, cluster, tmp,
+    report, _, out = submit(config, ir, run_id, cluster, tmp,
                              plan=[NodePlan("Trainer", (), "gpu")])
     logs = {pod["name"]: cluster.read_namespaced_pod_log(pod["name"], "mptfx")
             for job in cluster.jobs.values() for pod in job["pods"]}
@@ -398,9 +211,9 @@ def test_two_trainer_workers_train_together_and_only_the_chief_publishes(replay,
     worker_log = logs[job["pods"][1]["name"]]
     assert "worker 1 of run" in worker_log and "joining the chief's execution" in worker_log
 
-    nodes = collect_outputs(_connection(postgres), config.pipeline.name, run_id)
+    nodes = collect_outputs(connection(postgres), config.pipeline.name, run_id)
     assert list(nodes) == ["Trainer"] and nodes["Trainer"]["state"] == "completed"
-    store = metadata_store.MetadataStore(_connection(postgres))
+    store = metadata_store.MetadataStore(connection(postgres))
     context = store.get_context_by_type_and_name("pipeline_run", run_id)
     assert len(store.get_executions_by_context(context.id)) == 1  # the chief's, alone
     model_run = nodes["Trainer"]["outputs"]["model_run"][0].uri

@@ -10,50 +10,23 @@ local process); ML Metadata is the real PostgreSQL server of the `postgres` fixt
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import secrets
 import shutil
-from pathlib import Path
 
 import pytest
-from test_k8s_replay import ProcessCluster  # the replay's API double (tests/e2e/)
+
+from tests.k8s_double import REPO, SMALL, ProcessCluster, k8s_overrides, submit
 
 pytestmark = pytest.mark.e2e
 
-REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "my_model.py"
-SMALL = ["data.builtin_per_class=40", "trainer.epochs=3", "evaluator.min_accuracy=0.5",
-         "tflite.variants=[fp32]", "model.input_size=[8,8]"]
-
-
-def _run_on_the_process_cluster(config, run_id: str, cluster, tmp: Path):
-    """Compile as `mptfx k8s submit` does, delete nothing yet; then run the plan.
-
-    Every import of the Kubernetes runner is here, so the runner's module layout changes
-    in one place.
-    """
-    from pipelines.k8s_commands import compile_for_kubernetes
-    from pipelines.kubernetes.driver import KubernetesRunner
-    from pipelines.kubernetes.ir import ir_uri, plan_nodes, store_ir
-
-    _, ir, _ = compile_for_kubernetes(config, run_id, None)
-    yield ir  # the caller deletes the source file between compile and run
-    root = ir.runtime_spec.pipeline_root.field_value.string_value
-    location = ir_uri(root, run_id)
-    store_ir(ir, location)
-    out = io.StringIO()
-    runner = KubernetesRunner(config, cluster, cluster, out=out, log_dir=tmp / "pods")
-    try:
-        report = runner.run(run_id, plan_nodes(ir, config), location)
-    finally:
-        cluster.stop()
-    yield report, out.getvalue()
 
 
 @pytest.fixture(scope="module")
 def user_model_replay(postgres, tmp_path_factory):
     from pipelines.config import load_config
+    from pipelines.k8s_commands import compile_for_kubernetes
 
     tmp = tmp_path_factory.mktemp("replay-user-model")
     source = tmp / "src" / "my_model.py"
@@ -61,21 +34,13 @@ def user_model_replay(postgres, tmp_path_factory):
     shutil.copy(EXAMPLE, source)
     workspace = tmp / "ws"
     config = load_config(REPO / "configs/local.yaml", SMALL + [
-        f"model.module_file={source}",
-        f"kubernetes.workspace={workspace}",
-        f"kubernetes.metadata.host={postgres['host']}",
-        f"kubernetes.metadata.port={postgres['port']}",
-        f"kubernetes.metadata.database={postgres['database']}",
-        f"kubernetes.metadata.user={postgres['user']}",
-        "kubernetes.poll_seconds=0.5",
-        "kubernetes.backoff_limit=0",
-    ])
+        "model.input_size=[8,8]", f"model.module_file={source}",
+        *k8s_overrides(postgres, workspace)])
     run_id = "replay-user-" + secrets.token_hex(2)
     cluster = ProcessCluster({("mptfx-postgres", "password"): postgres["password"]}, tmp)
-    steps = _run_on_the_process_cluster(config, run_id, cluster, tmp)
-    ir = next(steps)
+    _, ir, _ = compile_for_kubernetes(config, run_id, None)  # stages the file
     source.unlink()  # from here on only the staged copy in the pipeline root exists
-    report, out = next(steps)
+    report, _, out = submit(config, ir, run_id, cluster, tmp)
     return {"report": report, "out": out, "cluster": cluster, "ir": ir,
             "workspace": workspace, "digest": hashlib.sha256(EXAMPLE.read_bytes()).hexdigest()}
 

@@ -3,16 +3,15 @@ container spec (image, command, args, env with the Secret's value, volume mounts
 inside the built image, in the order the runner schedules them, against the real PostgreSQL;
 the result is compared with the local runner's run of the same config.
 
-As in tests/e2e/test_k8s_replay.py, the only stand-in is the Kubernetes API (its
-`ProcessCluster`, reused here): a pod is `buildah run` of the Job's container in the image,
-the workspace claim a host folder (chowned as fsGroup would) mounted at the same path, so
-that the artifact URIs in ML Metadata resolve on both sides, each emptyDir a fresh host folder.
+As in tests/e2e/test_k8s_replay.py, the only stand-in is the Kubernetes API
+(tests/k8s_double.py's `ProcessCluster`, subclassed here): a pod is `buildah run` of the
+Job's container in the image, the workspace claim a host folder (chowned as fsGroup would)
+mounted at the same path, so that the artifact URIs in ML Metadata resolve on both sides,
+each emptyDir a fresh host folder.
 """
 
 from __future__ import annotations
 
-import importlib.util
-import io
 import os
 import secrets
 import shutil
@@ -20,19 +19,13 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from containers import REPO, Container, container_env, empty_dir, pod_volume
+from containers import Container, container_env, empty_dir, pod_volume
+
+from tests.k8s_double import REPO, SMALL, ProcessCluster, connection, k8s_overrides, submit
 
 pytestmark = pytest.mark.e2e
 
-# The host-process replay: its Kubernetes API double and its local-runner baseline fixture.
-# (The runner's public builders and KubernetesRunner are imported in _submit, in one place.)
-_spec = importlib.util.spec_from_file_location("k8s_replay", REPO / "tests/e2e/test_k8s_replay.py")
-k8s_replay = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(k8s_replay)
-local_run = k8s_replay.local_run  # the same SMALL config through the local runner
-
-
-class ContainerCluster(k8s_replay.ProcessCluster):
+class ContainerCluster(ProcessCluster):
     """ProcessCluster whose pods run the Job's container inside the image."""
 
     def __init__(self, secrets: dict[tuple[str, str], str], scratch: Path, image: str,
@@ -68,25 +61,6 @@ class ContainerCluster(k8s_replay.ProcessCluster):
                     self.container.stop(pod["process"])
 
 
-def _submit(config, ir, run_id, cluster):
-    """What `mptfx k8s submit` does after compiling: store the IR, run the plan."""
-    from pipelines.kubernetes.driver import KubernetesRunner
-    from pipelines.kubernetes.ir import ir_uri, plan_nodes, store_ir
-
-    location = ir_uri(ir.runtime_spec.pipeline_root.field_value.string_value, run_id)
-    store_ir(ir, location)
-    # In the cluster the driver pod writes the IR as uid 10001; here this (root) process did.
-    for path in [cluster.workspace, *cluster.workspace.rglob("*")]:
-        os.chown(path, 10001, 10001)
-    out = io.StringIO()
-    runner = KubernetesRunner(config, cluster, cluster, out=out, log_dir=cluster.scratch / "pods")
-    try:
-        report = runner.run(run_id, plan_nodes(ir, config), location)
-    finally:
-        cluster.stop()
-    return report, out.getvalue()
-
-
 @pytest.fixture(scope="module")
 def replay(image, container, postgres, tmp_path_factory):
     from pipelines.config import load_config
@@ -95,35 +69,24 @@ def replay(image, container, postgres, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("container-replay")
     # Outside /tmp, which every pod mounts an emptyDir over.
     workspace = pod_volume(Path(tempfile.mkdtemp(prefix="mptfx-image-replay-", dir="/var/tmp")))
-    config = load_config(REPO / "configs/local.yaml", k8s_replay.SMALL + [
-        f"kubernetes.image={image}",
-        f"kubernetes.workspace={workspace}",
-        f"kubernetes.metadata.host={postgres['host']}",
-        f"kubernetes.metadata.port={postgres['port']}",
-        f"kubernetes.metadata.database={postgres['database']}",
-        f"kubernetes.metadata.user={postgres['user']}",
-        "kubernetes.poll_seconds=1",
-        "kubernetes.backoff_limit=0",
-    ])
+    config = load_config(REPO / "configs/local.yaml", SMALL + [
+        f"kubernetes.image={image}", *k8s_overrides(postgres, workspace, poll_seconds=1)])
     run_id = "image-replay-" + secrets.token_hex(2)
     _, ir, _ = compile_for_kubernetes(config, run_id, None)
     password = config.kubernetes.metadata
     cluster = ContainerCluster({(password.password_secret, password.password_key):
                                 postgres["password"]}, tmp, image, container, workspace)
-    report, out = _submit(config, ir, run_id, cluster)
+
+    def hand_to_the_pods_user():
+        # In the cluster the driver pod writes the IR as uid 10001; here this (root) process
+        # did.
+        for path in [workspace, *workspace.rglob("*")]:
+            os.chown(path, 10001, 10001)
+
+    report, _, out = submit(config, ir, run_id, cluster, tmp, before_run=hand_to_the_pods_user)
     yield {"config": config, "run_id": run_id, "report": report, "out": out,
            "cluster": cluster, "workspace": workspace}
     shutil.rmtree(workspace)
-
-
-def _connection(postgres: dict):
-    from ml_metadata.proto import metadata_store_pb2
-
-    config = metadata_store_pb2.ConnectionConfig()
-    pg = config.postgresql
-    pg.host, pg.port, pg.dbname = postgres["host"], str(postgres["port"]), postgres["database"]
-    pg.user, pg.password = postgres["user"], postgres["password"]
-    return config
 
 
 def test_every_job_runs_its_container_in_the_image_in_the_runners_order(replay):
@@ -150,7 +113,7 @@ def test_the_image_replay_matches_the_local_runs_artifacts_and_blessing(replay, 
     from pipelines.summary import build_summary, collect_outputs
 
     local_nodes, local = local_run
-    nodes = collect_outputs(_connection(postgres), replay["config"].pipeline.name,
+    nodes = collect_outputs(connection(postgres), replay["config"].pipeline.name,
                             replay["run_id"])
     assert {n: info["state"] for n, info in nodes.items()} == \
         {n: info["state"] for n, info in local_nodes.items()}

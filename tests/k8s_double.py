@@ -1,0 +1,202 @@
+"""The Kubernetes API double of the replay tests, and the steps they share.
+
+`ProcessCluster` implements the calls the Kubernetes runner makes (BatchV1Api, CoreV1Api)
+and "runs" each Job by starting its container command as a local process with the
+container's environment (Secrets resolved), one process per pod, an Indexed Job's pods with
+JOB_COMPLETION_INDEX and their Service DNS names mapped to 127.0.0.1. It is the only stand-in
+of the replays (tests/e2e/test_k8s_replay*.py, tests/image/test_container_replay.py, which
+subclasses it to run each pod in the image); ML Metadata is the real PostgreSQL server of
+the `postgres` fixture.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from kubernetes.client import ApiClient
+
+REPO = Path(__file__).resolve().parents[1]
+# The replays' pipeline: small enough for a 2-core machine, big enough to be blessed.
+SMALL = ["data.builtin_per_class=40", "trainer.epochs=3", "evaluator.min_accuracy=0.5",
+         "tflite.variants=[fp32]"]
+_DESERIALIZE = ApiClient()._ApiClient__deserialize
+
+
+class RawResponse:
+    """What a client method returns with `_preload_content=False`: the server's JSON body."""
+
+    def __init__(self, body: dict):
+        self.data = json.dumps(body).encode()
+
+
+def _reply(body: dict, model: str, preload: bool):
+    return _DESERIALIZE(body, model) if preload else RawResponse(body)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class ProcessCluster:
+    """The Kubernetes API double whose Jobs run as local processes (one per pod)."""
+
+    def __init__(self, secrets: dict[tuple[str, str], str], scratch: Path):
+        self.secrets = secrets
+        self.scratch = scratch
+        self.jobs: dict[str, dict] = {}
+        self.services: dict[str, dict] = {}
+        self.order: list[str] = []  # node ids in creation order
+
+    # -- BatchV1Api ------------------------------------------------------------------------
+    def create_namespaced_job(self, namespace, body, _preload_content=True):
+        name = body["metadata"]["name"]
+        spec = body["spec"]
+        indexes = range(spec.get("completions", 1)) if spec.get("completionMode") == \
+            "Indexed" else [None]
+        job = {"body": body, "pods": [], "failed": 0, "done": set(), "state": None,
+               "address_map": self._address_map(body)}
+        self.jobs[name] = job
+        self.order.append(body["metadata"]["labels"]["mptfx.dev/node"])
+        for index in indexes:
+            self._start_pod(name, job, index)
+
+    def read_namespaced_job_status(self, name, namespace, _preload_content=True):
+        job = self.jobs[name]
+        for pod in list(job["pods"]):
+            code = pod["process"].poll()
+            if code is None or pod["seen"]:
+                continue
+            pod["seen"] = True
+            if code == 0:
+                job["done"].add(pod["index"])
+            else:
+                job["failed"] += 1
+                if code == 2 or job["failed"] > job["body"]["spec"]["backoffLimit"]:
+                    # exit 2: the Job's podFailurePolicy FailJob rule
+                    job["state"] = "Failed"
+                else:
+                    self._start_pod(name, job, pod["index"])
+        wanted = job["body"]["spec"].get("completions", 1)
+        if job["state"] is None and len(job["done"]) == wanted:
+            job["state"] = "Complete"
+        return _reply(self._as_dict(name), "V1Job", _preload_content)
+
+    def list_namespaced_job(self, namespace, label_selector="", _preload_content=True):
+        key, _, value = label_selector.partition("=")
+        items = [self._as_dict(name) for name, job in self.jobs.items()
+                 if job["body"]["metadata"]["labels"].get(key) == value]
+        return _reply({"items": items}, "V1JobList", _preload_content)
+
+    # -- CoreV1Api -------------------------------------------------------------------------
+    def create_namespaced_service(self, namespace, body):
+        self.services[body["metadata"]["name"]] = body
+
+    def list_namespaced_pod(self, namespace, label_selector=""):
+        job = self.jobs.get(label_selector.partition("=")[2], {"pods": []})
+        items = [{"metadata": {"name": pod["name"]}, "status": {"phase": "Running"}}
+                 for pod in job["pods"]]
+        return _DESERIALIZE({"items": items}, "V1PodList")
+
+    def read_namespaced_pod_log(self, name, namespace):
+        return (self.scratch / f"{name}.log").read_text(errors="replace")
+
+    # -- pods as processes -----------------------------------------------------------------
+    def _address_map(self, body) -> str:
+        """Indexed Job: each worker's Service DNS name -> a port on 127.0.0.1."""
+        command = body["spec"]["template"]["spec"]["containers"][0]["command"]
+        if "--worker-hosts" not in command:
+            return ""
+        hosts = command[command.index("--worker-hosts") + 1].split(",")
+        return ",".join(f"{host}=127.0.0.1:{free_port()}" for host in hosts)
+
+    def _start_pod(self, name, job, index):
+        container = job["body"]["spec"]["template"]["spec"]["containers"][0]
+        pod_name = f"{name}-{index if index is not None else 0}-{len(job['pods'])}"
+        env = dict(os.environ)
+        for item in container.get("env", []):
+            if "value" in item:
+                env[item["name"]] = item["value"]
+            else:
+                ref = item["valueFrom"]["secretKeyRef"]
+                env[item["name"]] = self.secrets[(ref["name"], ref["key"])]
+        env["HOME"] = str(self.scratch / "home")  # the pod's emptyDir
+        if index is not None:
+            env["JOB_COMPLETION_INDEX"] = str(index)
+            env["MPTFX_WORKER_ADDRESS_MAP"] = job["address_map"]
+        command = [sys.executable if part == "python" else part for part in container["command"]]
+        log = open(self.scratch / f"{pod_name}.log", "w")  # noqa: SIM115 - closed by the OS
+        process = subprocess.Popen(command, cwd=REPO, env=env, stdout=log,
+                                   stderr=subprocess.STDOUT)
+        job["pods"].append({"name": pod_name, "index": index, "process": process,
+                            "seen": False})
+
+    def _as_dict(self, name):
+        job = self.jobs[name]
+        status = {"failed": job["failed"] or None, "succeeded": len(job["done"]) or None}
+        if job["state"] == "Complete":
+            status["conditions"] = [{"type": "Complete", "status": "True"}]
+        elif job["state"] == "Failed":
+            status["conditions"] = [{"type": "Failed", "status": "True",
+                                     "reason": "BackoffLimitExceeded"}]
+        return {**job["body"], "status": status}
+
+    def stop(self):
+        for job in self.jobs.values():
+            for pod in job["pods"]:
+                if pod["process"].poll() is None:
+                    pod["process"].kill()
+
+
+def k8s_overrides(postgres: dict, workspace: Path, poll_seconds: float = 0.5) -> list[str]:
+    """The `kubernetes.*` settings of a replay: its workspace, the test PostgreSQL, no retry."""
+    return [
+        f"kubernetes.workspace={workspace}",
+        f"kubernetes.metadata.host={postgres['host']}",
+        f"kubernetes.metadata.port={postgres['port']}",
+        f"kubernetes.metadata.database={postgres['database']}",
+        f"kubernetes.metadata.user={postgres['user']}",
+        f"kubernetes.poll_seconds={poll_seconds}",
+        "kubernetes.backoff_limit=0",
+    ]
+
+
+def connection(postgres: dict):
+    """ML Metadata's connection to the test PostgreSQL database."""
+    from ml_metadata.proto import metadata_store_pb2
+
+    config = metadata_store_pb2.ConnectionConfig()
+    pg = config.postgresql
+    pg.host, pg.port, pg.dbname = postgres["host"], str(postgres["port"]), postgres["database"]
+    pg.user, pg.password = postgres["user"], postgres["password"]
+    return config
+
+
+def submit(config, ir, run_id: str, cluster, log_dir: Path, plan=None,
+           before_run: Callable[[], None] | None = None):
+    """What `mptfx k8s submit` does after compiling: store the IR, run the plan; returns
+    (report, IR location, the runner's console output). `before_run` runs after the IR is
+    stored (e.g. to hand the workspace to the pods' user)."""
+    from pipelines.kubernetes.driver import KubernetesRunner
+    from pipelines.kubernetes.ir import ir_uri, plan_nodes, store_ir
+
+    root = ir.runtime_spec.pipeline_root.field_value.string_value
+    location = ir_uri(root, run_id)
+    store_ir(ir, location)
+    if before_run is not None:
+        before_run()
+    out = io.StringIO()
+    runner = KubernetesRunner(config, cluster, cluster, out=out, log_dir=log_dir / "pods")
+    try:
+        report = runner.run(run_id, plan or plan_nodes(ir, config), location)
+    finally:
+        cluster.stop()
+    return report, location, out.getvalue()
