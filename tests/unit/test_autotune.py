@@ -196,7 +196,7 @@ def test_the_trainer_measures_on_this_cpu_then_reuses_the_decision(
     def run(name: str) -> dict:
         args = fn_args_dict(examples_uri, str(tmp_path / name), precision="auto", epochs=1,
                             autotune_cache_dir=cache_dir)
-        return module.train_and_export(FnArgs(**args)).summary
+        return module.train_and_export(FnArgs(**args)).summary.to_dict()
 
     first = run("first")
     tuning = first["autotune"]
