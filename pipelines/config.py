@@ -2,7 +2,9 @@
 
 Every section rejects unknown keys, so a typo such as `trainer.epoch=3` fails with exit code 2
 and names the key instead of being silently ignored. Defaults here are the embedded local
-setup; `configs/local.yaml` spells out the same values for people to copy.
+setup; `configs/local.yaml` spells out the same values for people to copy. The sections the
+Trainer reads (model, trainer, export and data.channels) are its own schema,
+components/trainer/config.py, which run_fn validates its custom_config with.
 
     config = load_config("configs/local.yaml", overrides=["trainer.epochs=3"])
     config.trainer.epochs  # 3
