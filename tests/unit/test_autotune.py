@@ -19,6 +19,8 @@ import pytest
 from trainer_testdata import fn_args_dict, write_digits_examples
 
 from components.trainer import autotune, module
+from components.trainer import runtime as runtime_step
+from components.trainer import tuning as tuning_step
 from components.trainer.autotune import Cell, MeasureSettings, TuningRequest
 from components.trainer.precision import DeviceDescription
 
@@ -190,7 +192,9 @@ def test_the_trainer_measures_on_this_cpu_then_reuses_the_decision(
     without AVX512_BF16, which is what the described CPU claims to have)."""
     from tfx.components.trainer.fn_args_utils import FnArgs
 
-    monkeypatch.setattr(module, "describe_devices", lambda: [CPU_BF16])
+    # The resolve step reads the devices twice: the static rules, then the probe's cells.
+    monkeypatch.setattr(runtime_step, "describe_devices", lambda: [CPU_BF16])
+    monkeypatch.setattr(tuning_step, "describe_devices", lambda: [CPU_BF16])
     cache_dir = str(tmp_path / "autotune")
 
     def run(name: str) -> dict:
