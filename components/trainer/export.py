@@ -8,7 +8,7 @@ trained under mixed_float16 cannot be converted as is: float16 Conv2D needs Flex
 `mixed`: `Format-Serving` is the trained model itself, with the training policy's graph
 (float16/bfloat16 compute, float32 outputs) for GPU serving; the float32 rebuild is saved
 beside it as `Format-Float32` with the same signatures, and that is what TF Lite converts
-(see `float32_model_dir`). Under a float32 training policy both are float32.
+(see `float32_model_dir`). A model trained in float32 is exported once, as with float32.
 
 Classification signatures (see docs/INTERFACES.md):
     serving_default(examples: string [None])    -> probabilities, class_id, class_name
@@ -71,7 +71,8 @@ def export_serving_model(
         label_names: class names, index = class id.
         export_dir: where to write the SavedModel (`fn_args.serving_model_dir`).
         serving_precision: "float32" (a float32 rebuild) or "mixed" (the trained graph,
-            and the float32 rebuild in `float32_model_dir(export_dir)`).
+            and the float32 rebuild in `float32_model_dir(export_dir)`, when the trained
+            model computes in anything but float32).
 
     Raises:
         ValueError: an unknown `serving_precision`, or a rebuild that does not match.
@@ -87,12 +88,17 @@ def export_serving_model(
     float_model = rebuild_in_float32(
         trained_model, model_name, model_params, input_shape, num_classes
     )
-    if serving_precision == "float32":
+    if serving_precision == "float32" or _computes_in_float32(trained_model):
+        # Trained in float32, the mixed graph is the float32 one: no second copy.
         write(float_model, model_name, input_shape, label_names, export_dir)
     else:
         write(trained_model, model_name, input_shape, label_names, export_dir)
         write(float_model, model_name, input_shape, label_names, float32_model_dir(export_dir))
     return export_dir
+
+
+def _computes_in_float32(model: keras.Model) -> bool:
+    return all(layer.dtype_policy.compute_dtype == "float32" for layer in [model, *model.layers])
 
 
 def _write_classification_model(

@@ -136,3 +136,16 @@ def test_a_float32_serving_model_has_no_rebuild_beside_it(tmp_path):
     with pytest.raises(ValueError, match="serving_precision='float16'"):
         export_lib.export_serving_model(trained, "seed_cnn", {}, [8, 8], 1, ["a", "b", "c"],
                                         str(tmp_path / "x"), "float16")
+
+
+def test_mixed_serving_of_a_float32_trained_model_is_written_once(tmp_path):
+    import models
+    from components.trainer import export as export_lib
+
+    trained = models.build_model("seed_cnn", (8, 8, 1), 3)
+    export_dir = export_lib.export_serving_model(
+        trained, "seed_cnn", {}, [8, 8], 1, ["a", "b", "c"], str(tmp_path / "Format-Serving"),
+        "mixed",
+    )
+    assert reduced_precision_dtypes(export_dir) == []
+    assert not os.path.exists(float32_model_dir(export_dir))
