@@ -2,7 +2,9 @@
 
 Every section rejects unknown keys, so a typo such as `trainer.epoch=3` fails with exit code 2
 and names the key instead of being silently ignored. Defaults here are the embedded local
-setup; `configs/local.yaml` spells out the same values for people to copy.
+setup; `configs/local.yaml` spells out the same values for people to copy. The sections the
+Trainer reads (model, trainer, export and data.channels) are its own schema,
+components/trainer/config.py, which run_fn validates its custom_config with.
 
     config = load_config("configs/local.yaml", overrides=["trainer.epochs=3"])
     config.trainer.epochs  # 3
@@ -12,16 +14,22 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 import yaml
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    ValidationError,
-    ValidationInfo,
-    field_validator,
+from pydantic import Field, ValidationError, ValidationInfo, field_validator
+
+# The Trainer owns the sections it reads; they are composed here, and run_fn validates its
+# custom_config with the same classes (components/trainer/config.py).
+from components.trainer.config import DataSection as TrainerDataSection
+from components.trainer.config import (
+    ExportSection,
+    ModelSection,
+    StrictSection,
+    TrainerConfig,
+    TrainerSection,
+    describe_validation_error,
+    key_path,
 )
 
 DEFAULT_CONFIG_PATH = Path("configs/local.yaml")
@@ -37,10 +45,8 @@ class ConfigError(ValueError):
     """A configuration problem the user can fix: unknown key, bad value, unreadable file."""
 
 
-class _Section(BaseModel):
-    # strict=True: YAML `true` is not the int 1, nor "3" the int 3 (a float field still
-    # takes an int, as JSON Schema's number does).
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, strict=True)
+# Every section rejects unknown keys and coerces nothing (see StrictSection).
+_Section = StrictSection
 
 
 class PipelineSection(_Section):
@@ -56,7 +62,9 @@ class SpansSection(_Section):
     window: int = Field(1, ge=1)
 
 
-class DataSection(_Section):
+class DataSection(TrainerDataSection):
+    """`data`: the Trainer's part (`channels`) and the Ingest's."""
+
     # A folder with one sub-folder per class, a folder of TFRecord files, builtin:digits,
     # synthetic:volumes, or a folder of span-<N> drops (or a pattern such as /data/drop-{SPAN}).
     source: str = BUILTIN_DIGITS
@@ -71,7 +79,6 @@ class DataSection(_Section):
     # null keeps each image's own size (the Trainer resizes); [H, W] resizes at ingest.
     image_size: list[int] | None = None
     resize_method: Literal["stretch", "pad"] = "stretch"
-    channels: Literal["auto", "1", "3"] = "auto"
     max_bad_fraction: float = Field(0.01, ge=0.0, le=1.0)
     # Header-first limits: a larger image is quarantined with the reason, never decoded.
     # The default is Pillow's decompression-bomb threshold.
@@ -106,109 +113,6 @@ class DataSection(_Section):
         return size
 
 
-class ModelSection(_Section):
-    name: str = "seed_cnn"
-    input_size: list[int] = Field(default_factory=lambda: [16, 16])
-    # Your own model: a Python file (local path, gs:// or s3://) defining `builder`
-    # (input_shape, num_classes, **params) -> keras.Model; replaces `name` when set.
-    module_file: str = ""
-    builder: str = Field("build_model", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
-    task: Literal["classification", "segmentation"] = "classification"
-    # After module_file: the check below reads it (pydantic validates fields in this order).
-    params: dict[str, Any] = Field(default_factory=dict)
-
-    def resolved_task(self) -> str:
-        """The task of the model that trains: `task` for a module file, else the registry's."""
-        if self.module_file:
-            return self.task
-        from models.registry import model_task  # deferred: imports TensorFlow
-
-        return model_task(self.name)
-
-    @field_validator("input_size")
-    @classmethod
-    def _two_positive_ints(cls, size: list[int]) -> list[int]:
-        if len(size) != 2 or min(size) < 1:
-            raise ValueError(f"input_size must be [height, width]. Received: {size}")
-        return size
-
-    @field_validator("name")
-    @classmethod
-    def _registered(cls, name: str) -> str:
-        from models.registry import available_models  # deferred: imports TensorFlow
-
-        if name not in available_models():
-            raise ValueError(f"unknown model {name!r}; available: {', '.join(available_models())}")
-        return name
-
-    @field_validator("params")
-    @classmethod
-    def _accepted_by_builder(cls, params: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
-        # Checked here, not only in the Trainer, so a typo fails before the Ingest runs. A
-        # module file replaces `name`: its builder's parameters are checked by the pre-Ingest
-        # model check, which imports the file.
-        from models.registry import check_params  # deferred: imports TensorFlow
-
-        if "name" in info.data and not info.data.get("module_file"):
-            check_params(info.data["name"], params)
-        return params
-
-
-class LossScaleSection(_Section):
-    # Under mixed_float16 only. Dynamic: halve and skip the step on inf/NaN gradients,
-    # double after `growth_steps` finite steps. Fixed (dynamic: false): always `initial`.
-    dynamic: bool = True
-    initial: float = Field(32768.0, gt=0)
-    growth_steps: int = Field(2000, ge=1)
-
-
-class TrainerSection(_Section):
-    epochs: int = Field(15, ge=1)
-    # Per replica; "auto" = the largest that fits (see batch_memory_mb, batch_lr_scaling).
-    batch_size: Annotated[int, Field(ge=1)] | Literal["auto"] = 32
-    learning_rate: float = Field(1e-3, gt=0)
-    precision: Literal["auto", "float32", "mixed_float16", "mixed_bfloat16"] = "auto"
-    prefer_bfloat16: bool = False
-    strategy: Literal["auto", "one_device", "mirrored", "multi_worker"] = "auto"
-    xla: Literal["auto", "on", "off"] = "auto"
-    scale_learning_rate: bool = False
-    seed: int = 42
-    loss_scale: LossScaleSection = Field(default_factory=LossScaleSection)
-    # N > 1: apply the mean gradient of N batches once every N batches (an N x larger batch).
-    grad_accum_steps: int = Field(1, ge=1)
-    # Stop with a diagnostic when the loss is NaN/inf for this many consecutive steps.
-    divergence_patience: int = Field(5, ge=1)
-    # Start from the base model's Keras weights (the Trainer's base_model input), if any.
-    warm_start: bool = False
-    # BackupAndRestore checkpoints; "" = <pipeline root>/Trainer/backup.
-    backup_dir: str = ""
-    # Decode the examples once and keep them in memory when they take at most this many MB
-    # (float32 after resizing); 0 = read and decode the files every epoch.
-    cache_max_mb: int = Field(1024, ge=0)
-    # Under mixed_float16: "float32" keeps LSTM/GRU/SimpleRNN layers in float32 (a per-layer
-    # policy); "policy" leaves them in float16 (with a warning naming them).
-    recurrent_precision: Literal["policy", "float32"] = "policy"
-    # on: when more than one precision/XLA cell is plausible here, time a few steps of each
-    # on the real model and train with the fastest safe one (cached per device, model,
-    # input, batch and strategy); off: the static rules.
-    autotune: Literal["on", "off"] = "on"
-    # Where measured decisions are cached; "" = <workspace>/autotune.
-    autotune_cache_dir: str = ""
-    # batch_size auto: the CPU's cap on a step's estimated training memory, MB (on a GPU a
-    # cap on the allocator's peak; 0 = until out of memory).
-    batch_memory_mb: int = Field(1024, ge=0)
-    # batch_size auto: learning_rate is for this batch; scaled linearly, by the square root
-    # or not at all for the batch chosen.
-    base_batch_size: int = Field(32, ge=1)
-    batch_lr_scaling: Literal["linear", "sqrt", "none"] = "linear"
-
-    @field_validator("autotune", mode="before")
-    @classmethod
-    def _yaml_on_off(cls, value: Any) -> Any:
-        # YAML 1.1 reads a bare on/off as a boolean.
-        return {True: "on", False: "off"}.get(value, value) if isinstance(value, bool) else value
-
-
 class EvaluatorSection(_Section):
     min_accuracy: float = Field(0.9, ge=0.0, le=1.0)
     # Segmentation models (unet3d) are gated on Dice over all eval voxels instead.
@@ -227,10 +131,6 @@ class PusherSection(_Section):
     keep_versions: int = Field(5, ge=2)
     # direct: a blessed version becomes `stable`; canary: it becomes `canary`, stable stays.
     rollout: Literal["direct", "canary"] = "direct"
-
-
-class ExportSection(_Section):
-    serving_precision: Literal["float32", "mixed"] = "float32"
 
 
 class TFLiteSection(_Section):
@@ -382,12 +282,11 @@ class Config(_Section):
     kubernetes: KubernetesSection = Field(default_factory=KubernetesSection)
 
     def trainer_custom_config(self) -> dict[str, Any]:
-        """The JSON-able dict the Trainer's run_fn receives as `custom_config`."""
+        """The JSON-able dict the Trainer's run_fn receives as `custom_config`: each section
+        of `TrainerConfig` with the keys that section declares (of `data`, the Trainer's)."""
         return {
-            "data": self.data.model_dump(),
-            "model": self.model.model_dump(),
-            "trainer": self.trainer.model_dump(),
-            "export": self.export.model_dump(),
+            name: getattr(self, name).model_dump(include=set(field.annotation.model_fields))
+            for name, field in TrainerConfig.model_fields.items()
         }
 
 
@@ -411,21 +310,6 @@ def _apply_override(tree: dict[str, Any], path: list[str], value: Any) -> None:
             raise ConfigError(f"config key {'.'.join(path)}: {part!r} is not a section")
         node = child
     node[path[-1]] = value
-
-
-def _key_path(loc: tuple) -> list[str]:
-    # A union (e.g. trainer.batch_size: int >= 1 | "auto") adds the member's tag to the
-    # location ('constrained-int', "literal['auto']"); config keys never contain - or [.
-    return [str(part) for part in loc if not set(str(part)) & set("-[")]
-
-
-def _describe(error: ValidationError) -> str:
-    first = error.errors()[0]
-    key = ".".join(_key_path(first["loc"]))
-    if first["type"] == "extra_forbidden":
-        return f"unknown config key {key!r}"
-    received = first.get("input")
-    return f"bad value for config key {key!r}: {first['msg']} (received {received!r})"
 
 
 def load_config(path: str | os.PathLike | None = None, overrides: list[str] = ()) -> Config:
@@ -455,12 +339,14 @@ def load_config(path: str | os.PathLike | None = None, overrides: list[str] = ()
     try:
         return Config.model_validate(tree)
     except ValidationError as error:
-        raise ConfigError(_describe(error) + _where(error, source, overrides)) from None
+        raise ConfigError(
+            describe_validation_error(error) + _where(error, source, overrides)
+        ) from None
 
 
 def _where(error: ValidationError, source: Path | None, overrides: list[str]) -> str:
     """Point at the --set that set the failing key, else at the file."""
-    failing = _key_path(error.errors()[0]["loc"])
+    failing = key_path(error.errors()[0]["loc"])
     for text in reversed(overrides):
         path = parse_override(text)[0]
         shared = min(len(path), len(failing))

@@ -3,7 +3,9 @@
 Runs after the Pusher (docs/INTERFACES.md, "TF Lite"). For each requested variant it
 converts the serving model's `predict_normalized` signature, compares the TF Lite model
 with the SavedModel on the eval split, and publishes the variants that pass their gate to
-`<publish_dir>/<pushed_version>/<variant>.tflite` beside a `labels.txt`.
+`<publish_dir>/<pushed_version>/<variant>.tflite` beside a `labels.txt`. A `mixed` serving
+model (float16/bfloat16 compute) is not convertible to TF Lite builtins: its float32
+rebuild, `Format-Float32` in the Model artifact, is converted and compared instead.
 
 Example (in the pipeline):
 
@@ -32,10 +34,17 @@ from tfx.types import artifact, standard_artifacts
 from tfx.utils import path_utils
 
 from components.faults import fault_point
-from components.tflite.convert import VARIANTS, convert, read_signature_input
+from components.tflite.convert import (
+    SIGNATURE_KEY,
+    VARIANTS,
+    convert,
+    read_signature_input,
+    reduced_precision_dtypes,
+)
 from components.tflite.data import load_split_images, read_label_names
 from components.tflite.parity import check_parity
 from components.tflite.publish import commit_version, new_staging_dir, prune_versions
+from components.trainer.export import FLOAT32_DIR, float32_model_dir
 
 EVAL_SPLIT = "eval"
 TRAIN_SPLIT = "train"
@@ -114,6 +123,14 @@ def pushed_version(pushed_model: artifact.Artifact) -> str | None:
     return version
 
 
+def tflite_source_dir(model_uri: str) -> str:
+    """The SavedModel TF Lite converts: the Trainer's float32 rebuild (`Format-Float32`,
+    written beside a `mixed` serving model) when there is one, else `Format-Serving`."""
+    serving = path_utils.serving_model_path(model_uri)
+    rebuilt = float32_model_dir(serving)
+    return rebuilt if tf.io.gfile.isdir(rebuilt) else serving
+
+
 def export_tflite_models(
     saved_model_dir: str,
     examples_uri: str,
@@ -128,7 +145,7 @@ def export_tflite_models(
     """Converts, checks and publishes each variant; returns the report.
 
     Args:
-        saved_model_dir: the serving SavedModel.
+        saved_model_dir: the SavedModel to convert (float32; see `tflite_source_dir`).
         examples_uri: the ingest Examples artifact (eval split for parity, train split for
             int8 calibration, labels.json).
         output_dir: where every converted model, labels.txt and report.json are written.
@@ -150,6 +167,17 @@ def export_tflite_models(
     labels_text = "".join(f"{name}\n" for name in read_label_names(examples_uri))
     tf.io.gfile.makedirs(output_dir)
     _write_atomically(os.path.join(output_dir, "labels.txt"), labels_text.encode())
+    reduced = reduced_precision_dtypes(saved_model_dir)
+    if reduced:
+        reason = (f"skipped: {SIGNATURE_KEY} of {saved_model_dir} computes in "
+                  f"{'/'.join(reduced)} (export.serving_precision: mixed) and has no "
+                  f"{FLOAT32_DIR} rebuild beside it; TF Lite builtins need a float32 graph")
+        logging.warning("TFLite: %s", reason)
+        report = {variant: _skipped_variant(reason) for variant in variants}
+        _write_atomically(
+            os.path.join(output_dir, "report.json"), json.dumps(report, indent=2).encode()
+        )
+        return report
     eval_images, eval_labels = load_split_images(
         examples_uri,
         EVAL_SPLIT,
@@ -239,7 +267,8 @@ def TFLiteExport(
     """Converts the pushed serving model to TF Lite variants and publishes those that pass.
 
     Args:
-        model: the Trainer's Model; the SavedModel is `<uri>/Format-Serving`.
+        model: the Trainer's Model; the SavedModel converted is `<uri>/Format-Float32`
+            when the Trainer wrote one (a mixed serving model), else `<uri>/Format-Serving`.
         examples: the ingest Examples (eval split, train split, labels.json).
         pushed_model: the Pusher's output; nothing is converted unless `pushed` is 1.
         tflite_models: every converted model, labels.txt and report.json.
@@ -272,7 +301,7 @@ def TFLiteExport(
     # one rename, so no reader ever sees a version with some of its variants.
     staging = new_staging_dir(publish_dir, version)
     report = export_tflite_models(
-        saved_model_dir=path_utils.serving_model_path(model.uri),
+        saved_model_dir=tflite_source_dir(model.uri),
         examples_uri=examples.uri,
         output_dir=tflite_models.uri,
         publish_version_dir=staging,
@@ -299,6 +328,11 @@ def TFLiteExport(
 
 def _conversion_failure(error: Exception) -> dict:
     """The report entry of a variant the converter could not produce."""
+    return _skipped_variant(f"conversion failed: {type(error).__name__}: {error}"[:2000])
+
+
+def _skipped_variant(reason: str) -> dict:
+    """The report entry of a variant that was not converted, saying why in `reason`."""
     return {
         "path": None,
         "bytes": None,
@@ -309,7 +343,7 @@ def _conversion_failure(error: Exception) -> dict:
         "latency_ms": None,
         "examples": 0,
         "published": False,
-        "reason": f"conversion failed: {type(error).__name__}: {error}"[:2000],
+        "reason": reason,
     }
 
 

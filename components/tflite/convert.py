@@ -24,6 +24,9 @@ import numpy as np
 import tensorflow as tf
 
 SIGNATURE_KEY = "predict_normalized"
+# A graph computing in these needs Flex ops (ERROR_NEEDS_FLEX_OPS): not convertible to builtins.
+REDUCED_PRECISION_DTYPES = {tf.float16.as_datatype_enum: "float16",
+                            tf.bfloat16.as_datatype_enum: "bfloat16"}
 VARIANTS = ("fp32", "fp16", "dynamic_int8", "int8")
 # A few hundred samples is what the TF Lite guide recommends; beyond that calibration only
 # gets slower, so larger arrays are truncated.
@@ -70,6 +73,22 @@ def read_signature_input(saved_model_dir: str) -> SignatureInput:
     """
     _, signature_input = _load_signature(saved_model_dir)
     return signature_input
+
+
+def reduced_precision_dtypes(saved_model_dir: str) -> list[str]:
+    """The reduced-precision dtypes (float16, bfloat16) that the `predict_normalized`
+    signature computes in; [] for a float32 graph. A `mixed` serving model computes in its
+    training policy's dtype, so TF Lite converts its float32 rebuild instead."""
+    loaded = tf.saved_model.load(saved_model_dir)
+    graph_def = loaded.signatures[SIGNATURE_KEY].graph.as_graph_def()
+    nodes = [*graph_def.node, *(n for f in graph_def.library.function for n in f.node_def)]
+    found = {
+        REDUCED_PRECISION_DTYPES[value.type]
+        for node in nodes
+        for value in node.attr.values()
+        if value.type in REDUCED_PRECISION_DTYPES
+    }
+    return sorted(found)
 
 
 def convert(

@@ -21,6 +21,9 @@ from collections.abc import Callable, Sequence
 
 import tensorflow as tf
 
+# Decoded examples are kept in memory when they take at most this much (trainer.cache_max_mb).
+from components.trainer.config import DEFAULT_CACHE_MAX_MB
+
 IMAGE_KEY = "image"
 LABEL_KEY = "label"
 CHANNELS_KEY = "channels"
@@ -32,8 +35,6 @@ LABELS_FILE = "labels.json"
 TRAIN_SPLIT_DIR = "Split-train"
 COMPRESSION = "GZIP"
 _SHUFFLE_BUFFER = 10_000  # examples; the digits set fits whole
-# Decoded examples are kept in memory when they take at most this much (trainer.cache_max_mb).
-DEFAULT_CACHE_MAX_MB = 1024
 _FEATURE_SPEC = {
     IMAGE_KEY: tf.io.FixedLenFeature([], tf.string),
     LABEL_KEY: tf.io.FixedLenFeature([], tf.int64),

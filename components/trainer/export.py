@@ -1,8 +1,14 @@
-"""Exports the trained model as a float32 SavedModel with three serving signatures.
+"""Exports the trained model as a SavedModel with three serving signatures.
 
-A model trained under mixed_float16 cannot be converted to TF Lite (float16 Conv2D needs
-Flex ops), so the model is rebuilt under the float32 policy and the trained weights are
-copied in before saving with Keras' ExportArchive (tf.saved_model.save underneath).
+`export.serving_precision: float32` (the default): the model is rebuilt under the float32
+policy and the trained weights are copied in before saving with Keras' ExportArchive
+(tf.saved_model.save underneath): any CPU serves it, and TF Lite converts it (a model
+trained under mixed_float16 cannot be converted as is: float16 Conv2D needs Flex ops).
+
+`mixed`: `Format-Serving` is the trained model itself, with the training policy's graph
+(float16/bfloat16 compute, float32 outputs) for GPU serving; the float32 rebuild is saved
+beside it as `Format-Float32` with the same signatures, and that is what TF Lite converts
+(see `float32_model_dir`). A model trained in float32 is exported once, as with float32.
 
 Classification signatures (see docs/INTERFACES.md):
     serving_default(examples: string [None])    -> probabilities, class_id, class_name
@@ -19,6 +25,7 @@ Segmentation signatures (volumes of D slices of H x W, see data.py):
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping, Sequence
 
 import keras
@@ -26,6 +33,7 @@ import numpy as np
 import tensorflow as tf
 
 from components.trainer import data as data_lib
+from components.trainer.config import SERVING_PRECISIONS
 from components.trainer.warmup import blank_example, write_warmup_requests
 from models import SEGMENTATION, build_model, model_task
 
@@ -33,6 +41,14 @@ SERVING_SIGNATURE = "serving_default"
 IMAGES_SIGNATURE = "predict_images"
 VOLUMES_SIGNATURE = "predict_volumes"
 NORMALIZED_SIGNATURE = "predict_normalized"
+# Beside Format-Serving in the Model artifact when the serving model is not float32.
+FLOAT32_DIR = "Format-Float32"
+
+
+def float32_model_dir(serving_model_dir: str) -> str:
+    """`<dirname(serving_model_dir)>/Format-Float32`: the float32 rebuild of a `mixed`
+    serving model (it exists only then)."""
+    return os.path.join(os.path.dirname(serving_model_dir.rstrip("/")), FLOAT32_DIR)
 
 
 def export_serving_model(
@@ -43,8 +59,9 @@ def export_serving_model(
     channels: int,
     label_names: Sequence[str],
     export_dir: str,
+    serving_precision: str = "float32",
 ) -> str:
-    """Saves a float32 copy of `trained_model` to `export_dir`; returns `export_dir`.
+    """Saves `trained_model` to `export_dir` in `serving_precision`; returns `export_dir`.
 
     Args:
         trained_model: the model after training, under any dtype policy.
@@ -53,46 +70,66 @@ def export_serving_model(
         channels: image channels it was trained on.
         label_names: class names, index = class id.
         export_dir: where to write the SavedModel (`fn_args.serving_model_dir`).
+        serving_precision: "float32" (a float32 rebuild) or "mixed" (the trained graph,
+            and the float32 rebuild in `float32_model_dir(export_dir)`, when the trained
+            model computes in anything but float32).
+
+    Raises:
+        ValueError: an unknown `serving_precision`, or a rebuild that does not match.
     """
-    if model_task(model_name) == SEGMENTATION:
-        return _export_segmentation_model(trained_model, model_name, model_params, export_dir)
-    height, width = int(input_size[0]), int(input_size[1])
+    if serving_precision not in SERVING_PRECISIONS:
+        raise ValueError(f"export.serving_precision must be one of {list(SERVING_PRECISIONS)}. "
+                         f"Received: serving_precision={serving_precision!r}")
+    segmentation = model_task(model_name) == SEGMENTATION
+    write = _write_segmentation_model if segmentation else _write_classification_model
+    input_shape = (tuple(int(d) for d in trained_model.input_shape[1:]) if segmentation
+                   else (int(input_size[0]), int(input_size[1]), channels))
+    num_classes = 2 if segmentation else len(label_names)
     float_model = rebuild_in_float32(
-        trained_model, model_name, model_params, (height, width, channels), len(label_names)
+        trained_model, model_name, model_params, input_shape, num_classes
     )
-    functions = _ServingFunctions(float_model, (height, width), channels, label_names)
-    # ExportArchive (what model.export uses) tracks the raw tf.Variables; a tf.Module that
-    # only holds the Keras model saves Keras-wrapped variables, which the TF 2.16 TF Lite
-    # converter cannot freeze ("missing attribute 'value'", then abort).
-    archive = keras.export.ExportArchive()
-    archive.track(float_model)
-    for name, (function, input_signature) in functions.endpoints().items():
-        archive.add_endpoint(name, function, input_signature=input_signature)
-    archive.write_out(export_dir, verbose=False)
+    if serving_precision == "float32" or _computes_in_float32(trained_model):
+        # Trained in float32, the mixed graph is the float32 one: no second copy.
+        write(float_model, model_name, input_shape, label_names, export_dir)
+    else:
+        write(trained_model, model_name, input_shape, label_names, export_dir)
+        write(float_model, model_name, input_shape, label_names, float32_model_dir(export_dir))
+    return export_dir
+
+
+def _computes_in_float32(model: keras.Model) -> bool:
+    return all(layer.dtype_policy.compute_dtype == "float32" for layer in [model, *model.layers])
+
+
+def _write_classification_model(
+    model: keras.Model,
+    model_name: str,
+    input_shape: tuple[int, ...],
+    label_names: Sequence[str],
+    export_dir: str,
+) -> None:
+    """Writes `model` (float32 outputs, any compute dtype) with the classifier signatures."""
+    height, width, channels = input_shape
+    functions = _ServingFunctions(model, (height, width), channels, label_names)
+    _write_archive(model, functions.endpoints(), export_dir)
     write_warmup_requests(export_dir, model_name, {
         SERVING_SIGNATURE: {
             "examples": np.array([blank_example((height, width, channels))], dtype=object)
         },
         IMAGES_SIGNATURE: {"images": np.zeros((1, height, width, channels), np.uint8)},
     })
-    return export_dir
 
 
-def _export_segmentation_model(
-    trained_model: keras.Model,
+def _write_segmentation_model(
+    model: keras.Model,
     model_name: str,
-    model_params: Mapping[str, object],
+    input_shape: tuple[int, ...],
+    label_names: Sequence[str],
     export_dir: str,
-) -> str:
-    """Saves a float32 copy of a segmentation model with the segmentation signatures."""
-    input_shape = tuple(int(d) for d in trained_model.input_shape[1:])
-    float_model = rebuild_in_float32(trained_model, model_name, model_params, input_shape, 2)
-    functions = _SegmentationServingFunctions(float_model, input_shape)
-    archive = keras.export.ExportArchive()
-    archive.track(float_model)
-    for name, (function, input_signature) in functions.endpoints().items():
-        archive.add_endpoint(name, function, input_signature=input_signature)
-    archive.write_out(export_dir, verbose=False)
+) -> None:
+    """Writes a segmentation `model` with the segmentation signatures."""
+    functions = _SegmentationServingFunctions(model, input_shape)
+    _write_archive(model, functions.endpoints(), export_dir)
     depth, height, width, channels = input_shape
     write_warmup_requests(export_dir, model_name, {
         SERVING_SIGNATURE: {
@@ -101,7 +138,21 @@ def _export_segmentation_model(
         },
         VOLUMES_SIGNATURE: {"volumes": np.zeros((1, *input_shape), np.uint8)},
     })
-    return export_dir
+
+
+def _write_archive(
+    model: keras.Model,
+    endpoints: Mapping[str, tuple[Callable, list[tf.TensorSpec]]],
+    export_dir: str,
+) -> None:
+    # ExportArchive (what model.export uses) tracks the raw tf.Variables; a tf.Module that
+    # only holds the Keras model saves Keras-wrapped variables, which the TF 2.16 TF Lite
+    # converter cannot freeze ("missing attribute 'value'", then abort).
+    archive = keras.export.ExportArchive()
+    archive.track(model)
+    for name, (function, input_signature) in endpoints.items():
+        archive.add_endpoint(name, function, input_signature=input_signature)
+    archive.write_out(export_dir, verbose=False)
 
 
 def build_in_float32(
@@ -153,9 +204,8 @@ def rebuild_in_float32(
     return float_model
 
 
-
 class _ServingFunctions:
-    """The Python functions behind the three signatures, closing over the float32 model."""
+    """The Python functions behind the three signatures, closing over the model."""
 
     def __init__(
         self,
@@ -220,7 +270,7 @@ class _ServingFunctions:
 
 
 class _SegmentationServingFunctions:
-    """The functions behind the segmentation signatures, closing over the float32 model."""
+    """The functions behind the segmentation signatures, closing over the model."""
 
     def __init__(self, model: keras.Model, input_shape: tuple[int, ...]) -> None:
         self._model = model

@@ -26,8 +26,11 @@ from typing import Any
 
 import keras
 
-DEFAULT_INITIAL_SCALE = 2.0**15
-DEFAULT_GROWTH_STEPS = 2000
+from components.trainer.config import LossScaleSection
+
+# The defaults of `trainer.loss_scale` (one table: the config schema's).
+DEFAULT_INITIAL_SCALE = LossScaleSection.model_fields["initial"].default
+DEFAULT_GROWTH_STEPS = LossScaleSection.model_fields["growth_steps"].default
 
 
 @dataclasses.dataclass(frozen=True)

@@ -19,6 +19,8 @@ import pytest
 from trainer_testdata import fn_args_dict, write_digits_examples
 
 from components.trainer import autotune, module
+from components.trainer import runtime as runtime_step
+from components.trainer import tuning as tuning_step
 from components.trainer.autotune import Cell, MeasureSettings, TuningRequest
 from components.trainer.precision import DeviceDescription
 
@@ -190,13 +192,15 @@ def test_the_trainer_measures_on_this_cpu_then_reuses_the_decision(
     without AVX512_BF16, which is what the described CPU claims to have)."""
     from tfx.components.trainer.fn_args_utils import FnArgs
 
-    monkeypatch.setattr(module, "describe_devices", lambda: [CPU_BF16])
+    # The resolve step reads the devices twice: the static rules, then the probe's cells.
+    monkeypatch.setattr(runtime_step, "describe_devices", lambda: [CPU_BF16])
+    monkeypatch.setattr(tuning_step, "describe_devices", lambda: [CPU_BF16])
     cache_dir = str(tmp_path / "autotune")
 
     def run(name: str) -> dict:
         args = fn_args_dict(examples_uri, str(tmp_path / name), precision="auto", epochs=1,
                             autotune_cache_dir=cache_dir)
-        return module.train_and_export(FnArgs(**args)).summary
+        return module.train_and_export(FnArgs(**args)).summary.to_dict()
 
     first = run("first")
     tuning = first["autotune"]

@@ -112,7 +112,7 @@ def test_a_trainer_run_with_batch_size_auto_records_the_batch_and_why(tmp_path):
     uri = write_digits_examples(str(tmp_path / "digits"), 200)
     args = fn_args_dict(uri, str(tmp_path / "out"), epochs=1, batch_size="auto",
                         batch_memory_mb=4, learning_rate=0.001, base_batch_size=32)
-    summary = module.train_and_export(FnArgs(**args)).summary
+    summary = module.train_and_export(FnArgs(**args)).summary.to_dict()
     batch = summary["batch_size"]
     assert batch % 8 == 0 and 8 <= batch <= 160
     assert summary["global_batch_size"] == batch

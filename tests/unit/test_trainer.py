@@ -496,13 +496,22 @@ def test_images_per_sec_is_the_median_after_the_first_epoch():
 
 
 def test_bad_config_values_are_named(examples_uri, tmp_path):
+    """run_fn refuses what the pipeline's config refuses, in one line naming the key."""
     fn_args = _fn_args(examples_uri, str(tmp_path), precision="half")
-    with pytest.raises(ValueError, match="precision='half'"):
+    with pytest.raises(ValueError, match=r"'trainer.precision'.*received 'half'"):
         module.run_fn(fn_args)
     fn_args = _fn_args(examples_uri, str(tmp_path))
     fn_args.custom_config["export"]["serving_precision"] = "float16"
-    with pytest.raises(ValueError, match="serving_precision='float16'"):
+    with pytest.raises(ValueError, match=r"'export.serving_precision'.*received 'float16'"):
         module.run_fn(fn_args)
+    fn_args = _fn_args(examples_uri, str(tmp_path))
+    fn_args.custom_config["data"]["channels"] = "4"  # the config never allowed 4 channels
+    with pytest.raises(ValueError, match=r"'data.channels'.*received '4'"):
+        module.run_fn(fn_args)
+    fn_args = _fn_args(examples_uri, str(tmp_path), epoch=3)
+    with pytest.raises(ValueError, match="unknown config key 'trainer.epoch'") as error:
+        module.run_fn(fn_args)
+    assert "\n" not in str(error.value)
 
 
 # --- warm start -------------------------------------------------------------------------

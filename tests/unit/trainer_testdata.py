@@ -128,7 +128,7 @@ def _main(spec_path: str) -> None:
     results = []
     for fields in spec["runs"]:
         result = module.train_and_export(make_fn_args(fields, light=True))
-        results.append({"summary": result.summary, "chief": result.chief,
+        results.append({"summary": result.summary.to_dict(), "chief": result.chief,
                         "serving_model_dir": result.serving_model_dir})
         if spec.get("weights_out"):
             weights = result.model.get_weights()

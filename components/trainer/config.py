@@ -1,0 +1,196 @@
+"""The Trainer's configuration schema: the sections `run_fn` reads from `custom_config`.
+
+The pipeline's `Config` (pipelines/config.py) composes these sections, and `run_fn`
+validates its `custom_config` with the same classes, so a key has one default and one
+check whether it comes from `--set` or reaches TFX as JSON. A key added here reaches
+`run_fn` with its default; `configs/local.yaml` lists every one of them.
+
+    config = TrainerConfig.from_custom_config({"trainer": {"epochs": 3}})
+    config.trainer.epochs       # 3
+    config.export.serving_precision  # "float32", the default
+
+Importing this module is cheap (no TensorFlow): the CLI loads it for every command.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+
+# Decoded examples are kept in memory when they take at most this much (trainer.cache_max_mb).
+DEFAULT_CACHE_MAX_MB = 1024
+SERVING_PRECISIONS = ("float32", "mixed")
+
+
+class StrictSection(BaseModel):
+    """A config section that refuses unknown keys and coerces nothing."""
+
+    # strict=True: YAML `true` is not the int 1, nor "3" the int 3 (a float field still
+    # takes an int, as JSON Schema's number does).
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, strict=True)
+
+
+class DataSection(StrictSection):
+    """The part of `data` the Trainer reads; the pipeline's data section adds the Ingest's."""
+
+    channels: Literal["auto", "1", "3"] = "auto"
+
+
+class ModelSection(StrictSection):
+    name: str = "seed_cnn"
+    input_size: list[int] = Field(default_factory=lambda: [16, 16])
+    # Your own model: a Python file (local path, gs:// or s3://) defining `builder`
+    # (input_shape, num_classes, **params) -> keras.Model; replaces `name` when set.
+    module_file: str = ""
+    builder: str = Field("build_model", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    task: Literal["classification", "segmentation"] = "classification"
+    # After module_file: the check below reads it (pydantic validates fields in this order).
+    params: dict[str, Any] = Field(default_factory=dict)
+
+    def resolved_task(self) -> str:
+        """The task of the model that trains: `task` for a module file, else the registry's."""
+        if self.module_file:
+            return self.task
+        from models.registry import model_task  # deferred: imports TensorFlow
+
+        return model_task(self.name)
+
+    @field_validator("input_size")
+    @classmethod
+    def _two_positive_ints(cls, size: list[int]) -> list[int]:
+        if len(size) != 2 or min(size) < 1:
+            raise ValueError(f"input_size must be [height, width]. Received: {size}")
+        return size
+
+    @field_validator("name")
+    @classmethod
+    def _registered(cls, name: str) -> str:
+        from models.registry import available_models  # deferred: imports TensorFlow
+
+        if name not in available_models():
+            raise ValueError(f"unknown model {name!r}; available: {', '.join(available_models())}")
+        return name
+
+    @field_validator("params")
+    @classmethod
+    def _accepted_by_builder(cls, params: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        # Checked here, not only in the Trainer, so a typo fails before the Ingest runs. A
+        # module file replaces `name`: its builder's parameters are checked by the pre-Ingest
+        # model check, which imports the file.
+        from models.registry import check_params  # deferred: imports TensorFlow
+
+        if "name" in info.data and not info.data.get("module_file"):
+            check_params(info.data["name"], params)
+        return params
+
+
+class StagedModelSection(ModelSection):
+    """`model` as the Trainer receives it: the pipeline builder stages a module file in the
+    pipeline root and names the copy's hash and where it came from (not user keys)."""
+
+    module_sha256: str = ""
+    module_source: str = ""
+
+
+class LossScaleSection(StrictSection):
+    # Under mixed_float16 only. Dynamic: halve and skip the step on inf/NaN gradients,
+    # double after `growth_steps` finite steps. Fixed (dynamic: false): always `initial`.
+    dynamic: bool = True
+    initial: float = Field(32768.0, gt=0)
+    growth_steps: int = Field(2000, ge=1)
+
+
+class TrainerSection(StrictSection):
+    epochs: int = Field(15, ge=1)
+    # Per replica; "auto" = the largest that fits (see batch_memory_mb, batch_lr_scaling).
+    batch_size: Annotated[int, Field(ge=1)] | Literal["auto"] = 32
+    learning_rate: float = Field(1e-3, gt=0)
+    precision: Literal["auto", "float32", "mixed_float16", "mixed_bfloat16"] = "auto"
+    prefer_bfloat16: bool = False
+    strategy: Literal["auto", "one_device", "mirrored", "multi_worker"] = "auto"
+    xla: Literal["auto", "on", "off"] = "auto"
+    scale_learning_rate: bool = False
+    seed: int = 42
+    loss_scale: LossScaleSection = Field(default_factory=LossScaleSection)
+    # N > 1: apply the mean gradient of N batches once every N batches (an N x larger batch).
+    grad_accum_steps: int = Field(1, ge=1)
+    # Stop with a diagnostic when the loss is NaN/inf for this many consecutive steps.
+    divergence_patience: int = Field(5, ge=1)
+    # Start from the base model's Keras weights (the Trainer's base_model input), if any.
+    warm_start: bool = False
+    # BackupAndRestore checkpoints; "" = <pipeline root>/Trainer/backup.
+    backup_dir: str = ""
+    # Decode the examples once and keep them in memory when they take at most this many MB
+    # (float32 after resizing); 0 = read and decode the files every epoch.
+    cache_max_mb: int = Field(DEFAULT_CACHE_MAX_MB, ge=0)
+    # Under mixed_float16: "float32" keeps LSTM/GRU/SimpleRNN layers in float32 (a per-layer
+    # policy); "policy" leaves them in float16 (with a warning naming them).
+    recurrent_precision: Literal["policy", "float32"] = "policy"
+    # on: when more than one precision/XLA cell is plausible here, time a few steps of each
+    # on the real model and train with the fastest safe one (cached per device, model,
+    # input, batch and strategy); off: the static rules.
+    autotune: Literal["on", "off"] = "on"
+    # Where measured decisions are cached; "" = <workspace>/autotune.
+    autotune_cache_dir: str = ""
+    # batch_size auto: the CPU's cap on a step's estimated training memory, MB (on a GPU a
+    # cap on the allocator's peak; 0 = until out of memory).
+    batch_memory_mb: int = Field(1024, ge=0)
+    # batch_size auto: learning_rate is for this batch; scaled linearly, by the square root
+    # or not at all for the batch chosen.
+    base_batch_size: int = Field(32, ge=1)
+    batch_lr_scaling: Literal["linear", "sqrt", "none"] = "linear"
+
+    @field_validator("autotune", mode="before")
+    @classmethod
+    def _yaml_on_off(cls, value: Any) -> Any:
+        # YAML 1.1 reads a bare on/off as a boolean.
+        return {True: "on", False: "off"}.get(value, value) if isinstance(value, bool) else value
+
+
+class ExportSection(StrictSection):
+    # float32: the serving SavedModel is a float32 rebuild of the trained model (any CPU
+    # serves it). mixed: it keeps the training policy's graph (float16/bfloat16 compute,
+    # float32 outputs) for GPU serving, and a float32 rebuild beside it (Format-Float32)
+    # is what TF Lite converts.
+    serving_precision: Literal["float32", "mixed"] = "float32"
+
+
+class TrainerConfig(StrictSection):
+    """Everything `run_fn` reads: the `custom_config` the pipeline compiles, typed."""
+
+    data: DataSection = Field(default_factory=DataSection)
+    model: StagedModelSection = Field(default_factory=StagedModelSection)
+    trainer: TrainerSection = Field(default_factory=TrainerSection)
+    export: ExportSection = Field(default_factory=ExportSection)
+
+    @classmethod
+    def from_custom_config(cls, custom_config: Mapping[str, Any] | None) -> TrainerConfig:
+        """Validates `fn_args.custom_config` (a missing section or key takes its default).
+
+        Raises:
+            ValueError: one line naming the refused key and the value received.
+        """
+        try:
+            return cls.model_validate(dict(custom_config or {}))
+        except ValidationError as error:
+            raise ValueError(f"Trainer custom_config: {describe_validation_error(error)}") \
+                from None
+
+
+def key_path(loc: tuple) -> list[str]:
+    """The config key of a pydantic error location, without union member tags."""
+    # A union (e.g. trainer.batch_size: int >= 1 | "auto") adds the member's tag to the
+    # location ('constrained-int', "literal['auto']"); config keys never contain - or [.
+    return [str(part) for part in loc if not set(str(part)) & set("-[")]
+
+
+def describe_validation_error(error: ValidationError) -> str:
+    """The first error in one line: the dotted key, what was wrong and the value received."""
+    first = error.errors()[0]
+    key = ".".join(key_path(first["loc"]))
+    if first["type"] == "extra_forbidden":
+        return f"unknown config key {key!r}"
+    received = first.get("input")
+    return f"bad value for config key {key!r}: {first['msg']} (received {received!r})"

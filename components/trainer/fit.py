@@ -1,0 +1,221 @@
+"""The fit step: input pipelines, the model under the resolved policy, callbacks, `model.fit`.
+
+Training resumes from its BackupAndRestore checkpoint after a kill (`backup_dir_for` says
+which folder is "the same training"); under MultiWorkerMirroredStrategy every worker runs
+the same number of steps.
+
+    fitted = fit_model(fn_args, config.trainer, runtime, task, model_run_dir, tf_config)
+    fitted.model, fitted.history["val_accuracy"]
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import keras
+import tensorflow as tf
+
+from components import pod_env
+from components.trainer import data as data_lib
+from components.trainer.build import build_training_model, compile_training_model
+from components.trainer.callbacks import (
+    LOSS_SCALE,
+    CheckpointFault,
+    DivergenceGuard,
+    EpochHistory,
+    EpochTensorBoard,
+    ThroughputCallback,
+    TrainingStatsCallback,
+)
+from components.trainer.config import TrainerSection
+from components.trainer.optimizer import LossScaleSettings
+from components.trainer.runtime import Runtime, Task
+from components.trainer.warm_start import warm_start_weights, weights_checksum
+
+if TYPE_CHECKING:  # importing TFX costs ~25 CPU seconds; only attributes are read
+    from tfx import v1 as tfx
+
+LOG_DIR = "logs"
+BACKUP_DIR = "backup"
+
+
+@dataclasses.dataclass(frozen=True)
+class FitResult:
+    """What `fit_model` trained and measured.
+
+    Attributes:
+        model: the trained model, under the training dtype policy.
+        history: per-epoch values by metric (`loss_scale` is None per epoch when unscaled).
+        images_per_sec: training throughput over the whole fit.
+        warm_started_from: the base model's weights file it started from, or None.
+        initial_weights_checksum: of the weights before the first step.
+        resumed_at_epoch: the epoch a BackupAndRestore checkpoint resumed at, or None.
+        train_examples, eval_examples: examples in each split.
+        train_seconds: wall time of `model.fit`.
+    """
+
+    model: keras.Model
+    history: dict[str, list]
+    images_per_sec: float
+    warm_started_from: str | None
+    initial_weights_checksum: str
+    resumed_at_epoch: int | None
+    train_examples: int
+    eval_examples: int
+    train_seconds: float
+
+
+def fit_model(
+    fn_args: tfx.components.FnArgs,
+    trainer: TrainerSection,
+    runtime: Runtime,
+    task: Task,
+    model_run_dir: str,
+    tf_config: Mapping[str, Any],
+    probed_model: keras.Model | None = None,
+) -> FitResult:
+    """Builds (or reuses the autotune probe's `probed_model`), warm-starts, compiles and
+    trains the model; TensorBoard logs go to `<model_run_dir>/logs`.
+
+    Raises:
+        MixedPrecisionLintError: the model is unsafe under the resolved precision.
+        TrainingDivergedError: the loss stayed NaN/inf (see callbacks.DivergenceGuard).
+    """
+    seed = trainer.seed
+    train_dataset, eval_dataset, train_examples, eval_examples = _datasets(
+        fn_args, task, runtime, seed, repeat=runtime.multi_worker,
+        cache_max_mb=float(trainer.cache_max_mb),
+    )
+    fit_steps: dict[str, int] = {}
+    if runtime.multi_worker:
+        # Every worker must run the same number of steps: repeat and count them.
+        fit_steps = {
+            "steps_per_epoch": max(1, train_examples // runtime.global_batch_size),
+            "validation_steps": max(1, eval_examples // runtime.global_batch_size),
+        }
+    backup_dir = backup_dir_for(fn_args, trainer, tf_config)
+    throughput = ThroughputCallback(train_examples)
+    epoch_history = EpochHistory(backup_dir)
+    previous_policy = keras.mixed_precision.global_policy()
+    keras.mixed_precision.set_dtype_policy(runtime.policy)
+    try:
+        with runtime.strategy.scope():
+            model = probed_model or build_training_model(
+                task.model_name, task.model_params, task.input_shape, task.num_classes,
+                runtime.policy, trainer.recurrent_precision,
+            )
+            warm_started_from = None
+            if trainer.warm_start:
+                warm_started_from = warm_start_weights(
+                    model, task.model_name, task.model_params, task.input_shape,
+                    task.num_classes, getattr(fn_args, "base_model", None),
+                )
+            initial_weights_checksum = weights_checksum(model)
+            if probed_model is None:
+                compile_training_model(
+                    model, task.name, runtime.learning_rate, runtime.policy,
+                    LossScaleSettings(**trainer.loss_scale.model_dump()),
+                    trainer.grad_accum_steps, runtime.xla,
+                )
+        callbacks = [
+            throughput,
+            TrainingStatsCallback(),
+            DivergenceGuard(trainer.divergence_patience, runtime.learning_rate, runtime.policy),
+            epoch_history,  # after the callbacks that add to the epoch logs
+            # double_checkpoint: a kill while the checkpoint is written leaves the previous
+            # one (.bkp), which Keras restores instead of failing every retry.
+            keras.callbacks.BackupAndRestore(backup_dir, double_checkpoint=True),
+            EpochTensorBoard(os.path.join(model_run_dir, LOG_DIR)),
+        ]
+        if CheckpointFault.wanted():  # crash tests only (components/faults.py)
+            callbacks.insert(len(callbacks) - 1, CheckpointFault(backup_dir))  # after the backup
+        train_started = time.perf_counter()
+        model.fit(
+            train_dataset,
+            validation_data=eval_dataset,
+            epochs=trainer.epochs,
+            callbacks=callbacks,
+            verbose=2,
+            **fit_steps,
+        )
+        train_seconds = time.perf_counter() - train_started
+    finally:
+        keras.mixed_precision.set_dtype_policy(previous_policy)
+
+    history = epoch_history.history()
+    epoch_history.remove()  # BackupAndRestore removed its folder when fit finished
+    epochs_trained = len(next(iter(history.values()), []))
+    if LOSS_SCALE not in history:
+        history[LOSS_SCALE] = [None] * epochs_trained
+    return FitResult(
+        model=model,
+        history=history,
+        images_per_sec=throughput.images_per_sec,
+        warm_started_from=warm_started_from,
+        initial_weights_checksum=initial_weights_checksum,
+        resumed_at_epoch=epoch_history.resumed_at_epoch,
+        train_examples=train_examples,
+        eval_examples=eval_examples,
+        train_seconds=train_seconds,
+    )
+
+
+def _datasets(
+    fn_args: tfx.components.FnArgs, task: Task, runtime: Runtime, seed: int, repeat: bool,
+    cache_max_mb: float,
+) -> tuple[tf.data.Dataset, tf.data.Dataset, int, int]:
+    train_examples = data_lib.count_examples(fn_args.train_files)
+    eval_examples = data_lib.count_examples(fn_args.eval_files)
+    if task.is_classification:
+        def make(files, shuffle, count):
+            return data_lib.make_dataset(
+                files, task.input_shape[:2], task.channels, runtime.global_batch_size,
+                shuffle=shuffle, seed=seed, num_examples=count, repeat=repeat,
+                cache_max_mb=cache_max_mb,
+            )
+    else:
+        def make(files, shuffle, count):
+            return data_lib.make_volume_dataset(
+                files, task.input_shape[:3], task.channels, runtime.global_batch_size,
+                shuffle=shuffle, seed=seed, num_examples=count, repeat=repeat,
+                cache_max_mb=cache_max_mb,
+            )
+    return (
+        make(fn_args.train_files, True, train_examples),
+        make(fn_args.eval_files, False, eval_examples),
+        train_examples,
+        eval_examples,
+    )
+
+
+def backup_dir_for(fn_args: tfx.components.FnArgs, trainer: TrainerSection,
+                   tf_config: Mapping[str, Any]) -> str:
+    """The BackupAndRestore folder of this training: stable across restarts of the same
+    training (same config and input files), distinct for any other, one per task.
+
+    `trainer.backup_dir`, else `<pipeline_root>/Trainer/backup` (two levels above
+    `fn_args.model_run_dir`, which TFX numbers per execution). The execution's
+    `model_run_dir` is part of the key: a retried pod of one execution resumes, while two
+    runs with the same config never share (and delete) one folder.
+    """
+    base = trainer.backup_dir or os.path.join(
+        os.path.dirname(os.path.dirname(fn_args.model_run_dir.rstrip("/"))), BACKUP_DIR
+    )
+    identity = json.dumps(
+        {
+            "config": fn_args.custom_config,
+            "train": list(fn_args.train_files),
+            "eval": list(fn_args.eval_files),
+            "execution": fn_args.model_run_dir,
+        },
+        sort_keys=True,
+        default=str,
+    )
+    fingerprint = hashlib.sha256(identity.encode()).hexdigest()[:16]
+    return os.path.join(base, fingerprint, pod_env.task_name(tf_config))

@@ -1,0 +1,182 @@
+"""training_summary.json, typed: what one training did, as MLflow tracking, `mptfx bench` and
+the tests read it (the keys are the contract in docs/INTERFACES.md).
+
+    summary = TrainingSummary.of(config, runtime, task, fitted, tuning, checksum, tf_config)
+    summary.write(fn_args.model_run_dir)
+    summary.to_dict()["val_accuracy"]
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import keras
+import tensorflow as tf
+
+from components import pod_env
+from components.trainer.config import TrainerConfig
+from components.trainer.fit import FitResult
+from components.trainer.optimizer import LossScaleSettings, current_loss_scale
+from components.trainer.precision import find_recurrent_layers
+from components.trainer.runtime import Runtime, Task
+
+SUMMARY_FILE = "training_summary.json"
+# Not keys of their own: they become `val_<metric>` (and `dice` for segmentation).
+_HEADLINE_FIELDS = ("metric", "final_metric")
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingSummary:
+    """One training's record; `to_dict()` is the content of training_summary.json.
+
+    The first fields up to `history` are the contract keys; the rest are for tracking and
+    benchmarks. `metric` and `final_metric` are written as `val_<metric>` (and, for a
+    segmentation model, `dice`).
+    """
+
+    precision: str
+    precision_reason: str
+    strategy: str
+    replicas: int
+    xla: bool
+    epochs: int
+    batch_size: int
+    global_batch_size: int
+    learning_rate: float
+    images_per_sec: float
+    input_size: list[int]
+    channels: int
+    label_names: list[str]
+    history: dict[str, list]
+    model: str
+    task: str
+    input_shape: list[int]
+    xla_reason: str
+    grad_accum_steps: int
+    effective_batch_size: int
+    loss_scale: dict[str, Any] | None
+    skipped_steps: int
+    lint: str
+    recurrent_precision: str
+    recurrent_layers: dict[str, str]
+    model_file: str | None
+    model_file_staged: str | None
+    model_file_sha256: str | None
+    warm_started_from: str | None
+    initial_weights_checksum: str
+    final_weights_checksum: str
+    resumed_at_epoch: int | None
+    train_examples: int
+    eval_examples: int
+    train_seconds: float
+    images_per_sec_per_epoch: list
+    workers: int
+    task_name: str
+    autotune: dict[str, Any]
+    batch_size_reason: str
+    autotune_probe_seconds: float
+    metric: str  # "accuracy" or "dice"
+    final_metric: float | None
+
+    @classmethod
+    def of(
+        cls,
+        config: TrainerConfig,
+        runtime: Runtime,
+        task: Task,
+        fitted: FitResult,
+        tuning: Mapping[str, Any],
+        final_weights_checksum: str,
+        tf_config: Mapping[str, Any],
+    ) -> TrainingSummary:
+        """The summary of a finished training."""
+        trainer, model = config.trainer, config.model
+        history = fitted.history
+        return cls(
+            precision=runtime.policy,
+            precision_reason=runtime.policy_reason,
+            strategy=runtime.strategy_name,
+            replicas=runtime.replicas,
+            xla=runtime.xla,
+            epochs=trainer.epochs,
+            batch_size=runtime.global_batch_size // runtime.replicas,
+            global_batch_size=runtime.global_batch_size,
+            learning_rate=runtime.learning_rate,
+            images_per_sec=fitted.images_per_sec,
+            input_size=task.input_size,
+            channels=task.channels,
+            label_names=task.label_names,
+            history=history,
+            model=task.model_name,
+            task=task.name,
+            input_shape=list(task.input_shape),
+            xla_reason=runtime.xla_reason,
+            grad_accum_steps=trainer.grad_accum_steps,
+            effective_batch_size=runtime.global_batch_size * trainer.grad_accum_steps,
+            loss_scale=_loss_scale_summary(fitted.model, runtime.policy, LossScaleSettings(
+                **trainer.loss_scale.model_dump())),
+            skipped_steps=int(sum(v or 0 for v in history.get("skipped_steps", []))),
+            lint="passed",
+            # Read from the trained layers: what each recurrent layer really computed in.
+            recurrent_precision=trainer.recurrent_precision,
+            recurrent_layers={layer.name: layer.dtype_policy.name
+                              for layer in find_recurrent_layers(fitted.model)},
+            model_file=model.module_source or None,
+            model_file_staged=model.module_file or None,
+            model_file_sha256=model.module_sha256 or None,
+            warm_started_from=fitted.warm_started_from,
+            initial_weights_checksum=fitted.initial_weights_checksum,
+            final_weights_checksum=final_weights_checksum,
+            resumed_at_epoch=fitted.resumed_at_epoch,
+            train_examples=fitted.train_examples,
+            eval_examples=fitted.eval_examples,
+            train_seconds=fitted.train_seconds,
+            images_per_sec_per_epoch=history.get("images_per_sec", []),
+            workers=_cluster_workers(tf_config),
+            task_name=pod_env.task_name(tf_config),
+            autotune=dict(tuning),
+            batch_size_reason=tuning.get("batch_size_reason", "requested"),
+            autotune_probe_seconds=tuning["probe_seconds"],
+            metric=task.metric,
+            final_metric=(history.get(f"val_{task.metric}") or [None])[-1],
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON-able content of training_summary.json, keys in the contract's order."""
+        content = dataclasses.asdict(self)
+        for name in _HEADLINE_FIELDS:
+            del content[name]
+        content[f"val_{self.metric}"] = self.final_metric
+        if self.metric == "dice":
+            content["dice"] = self.final_metric
+        return content
+
+    def write(self, model_run_dir: str) -> str:
+        """Writes `<model_run_dir>/training_summary.json`; returns its path."""
+        tf.io.gfile.makedirs(model_run_dir)
+        path = os.path.join(model_run_dir, SUMMARY_FILE)
+        with tf.io.gfile.GFile(path, "w") as f:
+            json.dump(self.to_dict(), f, indent=2)
+        return path
+
+
+def _loss_scale_summary(
+    model: keras.Model, policy: str, settings: LossScaleSettings
+) -> dict[str, Any] | None:
+    if policy != "mixed_float16":
+        return None
+    return {
+        "dynamic": settings.dynamic,
+        "initial": settings.initial,
+        "growth_steps": settings.growth_steps if settings.dynamic else None,
+        "final": current_loss_scale(model.optimizer),
+    }
+
+
+def _cluster_workers(tf_config: Mapping[str, Any]) -> int:
+    cluster = tf_config.get("cluster") or {}
+    return max(1, sum(len(cluster.get(role) or []) for role in ("chief", "worker")))
