@@ -107,6 +107,8 @@ def test_the_driver_records_the_replayed_run_in_mlflow(replay, postgres, monkeyp
     summary = record_run(replay["config"], replay["ir"], replay["report"], tmp_path / "log",
                          tmp_path / "ws", out)
     assert summary["status"] == "completed" and summary["orchestrator"] == "kubernetes"
+    # What a user reads in the driver's log when the model was not registered.
+    assert summary["mlflow"].get("registered_model"), (out.getvalue(), summary.get("pushed"))
     assert json.loads((tmp_path / "log" / "summary.json").read_text())["mlflow"] == \
         summary["mlflow"]
     client = MlflowClient(f"sqlite:///{tmp_path / 'ws' / 'mlflow.db'}")
