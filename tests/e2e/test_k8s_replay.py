@@ -111,7 +111,8 @@ def test_the_driver_records_the_replayed_run_in_mlflow(replay, postgres, monkeyp
     assert summary["mlflow"].get("registered_model"), (out.getvalue(), summary.get("pushed"))
     assert json.loads((tmp_path / "log" / "summary.json").read_text())["mlflow"] == \
         summary["mlflow"]
-    client = MlflowClient(f"sqlite:///{tmp_path / 'ws' / 'mlflow.db'}")
+    store = f"sqlite:///{tmp_path / 'ws' / 'mlflow.db'}"
+    client = MlflowClient(tracking_uri=store, registry_uri=store)
     run = client.get_run(summary["mlflow"]["run_id"])
     assert run.data.tags["mptfx.orchestrator"] == "kubernetes"
     assert run.data.tags["mptfx.tfx_run_id"] == replay["run_id"]

@@ -228,20 +228,18 @@ def test_worse_model_is_not_blessed_against_the_blessed_one(digits_run, unblesse
     assert sorted(p.name for p in served.iterdir()) == ["1"]
 
 
-def test_mlflow_loads_the_champion_and_predicts_with_the_evaluators_accuracy(digits_run):
-    """What a user of MLflow does with the registered model, on the default run's store."""
+def test_mlflow_loads_the_champion_and_predicts_with_the_evaluators_accuracy(digits_run,
+                                                                            monkeypatch):
+    """What a user of MLflow does with the registered model, on the default run's store.
+    The store comes from MLflow's own environment variables, as a user sets it; the test
+    never pins MLflow's process-wide URIs (that leaked into later tests of the worker)."""
     import mlflow
 
     summary = digits_run[1].summary
     images, labels = _eval_images(summary)
-    previous = mlflow.get_tracking_uri(), mlflow.get_registry_uri()
-    mlflow.set_tracking_uri(summary["mlflow"]["tracking_uri"])
-    mlflow.set_registry_uri(summary["mlflow"]["tracking_uri"])
-    try:
-        model = mlflow.pyfunc.load_model("models:/digits@champion")
-    finally:
-        mlflow.set_tracking_uri(previous[0])
-        mlflow.set_registry_uri(previous[1])
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", summary["mlflow"]["tracking_uri"])
+    monkeypatch.setenv("MLFLOW_REGISTRY_URI", summary["mlflow"]["tracking_uri"])
+    model = mlflow.pyfunc.load_model("models:/digits@champion")
     assert images.dtype == np.uint8
     predicted = model.predict(images)
     assert predicted["probabilities"].shape == (len(labels), 10)

@@ -298,7 +298,7 @@ def test_a_kill_between_models_config_and_aliases_is_repaired_by_status(mptfx, w
     assert state["repaired"] == []  # nothing left to repair
 
 
-def test_pyfunc_of_a_canary_push_predicts_like_its_saved_model(workspace):
+def test_pyfunc_of_a_canary_push_predicts_like_its_saved_model(workspace, monkeypatch):
     import mlflow
     import tensorflow as tf
 
@@ -306,14 +306,11 @@ def test_pyfunc_of_a_canary_push_predicts_like_its_saved_model(workspace):
     client = mlflow.MlflowClient(tracking_uri=uri, registry_uri=uri)
     [record] = [v for v in client.search_model_versions("name = 'digits'")
                 if v.tags.get("serving_version") == "2"]
-    previous = mlflow.get_tracking_uri(), mlflow.get_registry_uri()
-    mlflow.set_tracking_uri(uri)  # else MLflow creates ./mlflow.db in the working directory
-    mlflow.set_registry_uri(uri)
-    try:
-        model = mlflow.pyfunc.load_model(f"models:/digits/{record.version}")
-    finally:
-        mlflow.set_tracking_uri(previous[0])
-        mlflow.set_registry_uri(previous[1])
+    # Else MLflow creates ./mlflow.db in the working directory. Through the environment, not
+    # mlflow.set_*_uri: those pin process-wide URIs that outlive the test.
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.setenv("MLFLOW_REGISTRY_URI", uri)
+    model = mlflow.pyfunc.load_model(f"models:/digits/{record.version}")
     images = np.random.default_rng(0).integers(0, 256, (5, 8, 8, 1), dtype=np.uint8)
     saved = tf.saved_model.load(str(workspace / "serving" / "digits" / "2"))
     expected = saved.signatures["predict_images"](images=tf.constant(images))
