@@ -58,10 +58,17 @@ def _decoded_channels(image: Image.Image) -> int:
     return _GRAY_MODES.get(image.mode, 4 if "A" in image.mode else 3)
 
 
-def _check_header(handle: BinaryIO, size_bytes: int, limits: SizeLimits) -> HeaderCheck:
+def size_problem(size_bytes: int, limits: SizeLimits) -> str | None:
+    """The quarantine reason of a file over `data.max_file_mb`, else None."""
     if size_bytes > limits.max_file_mb * _MB:
-        return HeaderCheck(f"file is {size_bytes / _MB:.1f} MB > data.max_file_mb "
-                           f"{limits.max_file_mb:g}")
+        return f"file is {size_bytes / _MB:.1f} MB > data.max_file_mb {limits.max_file_mb:g}"
+    return None
+
+
+def _check_header(handle: BinaryIO, size_bytes: int, limits: SizeLimits) -> HeaderCheck:
+    too_large = size_problem(size_bytes, limits)
+    if too_large:
+        return HeaderCheck(too_large)
     # Pillow's own bomb check would refuse before telling the size; data.max_pixels is the
     # limit here, so it is switched off while the header is read (nothing is decoded).
     pillow_limit, Image.MAX_IMAGE_PIXELS = Image.MAX_IMAGE_PIXELS, None

@@ -30,7 +30,7 @@ import numpy as np
 import tensorflow as tf
 
 from components.ingest.errors import DataError
-from components.ingest.headers import SizeLimits
+from components.ingest.headers import SizeLimits, size_problem
 from components.ingest.reader import ImagePolicy
 from components.ingest.sources import SourceItem
 
@@ -124,7 +124,7 @@ class VolumeSource:
     def __init__(self, root: str | os.PathLike, limits: SizeLimits | None = None):
         self.root = Path(root)
         self.description = f"volume folder {self.root}"
-        self._max_bytes = (limits or SizeLimits()).max_file_mb * 1024 * 1024
+        self._limits = limits or SizeLimits()
         # Files beside the volumes that are neither a volume nor its mask, as the image
         # folders list them: reported, not counted as bad.
         self.ignored: list[str] = []
@@ -167,10 +167,9 @@ class VolumeSource:
     def _read_pair(self, files: dict[str, Path], file_name: str, stem: str,
                    suffix: str) -> tuple[str | None, tf.train.Example | None, bytes]:
         """(problem, example with depth and mask, PNG) for one volume file."""
-        size = files[file_name].stat().st_size
-        if size > self._max_bytes:
-            return (f"file is {size / 1024 / 1024:.1f} MB > data.max_file_mb "
-                    f"{self._max_bytes / 1024 / 1024:g}", None, b"")
+        too_large = size_problem(files[file_name].stat().st_size, self._limits)
+        if too_large:
+            return too_large, None, b""
         try:
             volume = _read_array(files[file_name], suffix, "volume")
             if suffix == ".npz":
