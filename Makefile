@@ -10,7 +10,7 @@ TOOLS_STAMP := $(TOOLS_VENV)/.mptfx-tools-installed
 VERSION := $(shell sed -n 's/^version = "\(.*\)"$$/\1/p' pyproject.toml)
 IMAGE   ?= mptfx:$(VERSION)
 
-.PHONY: setup tools services image run test test-unit test-e2e test-image test-faults lint bench clean
+.PHONY: setup tools services image run test test-unit test-integration test-e2e test-image test-faults lint bench clean
 
 setup: $(STAMP)
 
@@ -58,8 +58,13 @@ test: setup tools services
 test-faults: setup services
 	$(VENV)/bin/pytest -m faults $(PYTEST_ARGS)
 
-test-unit: setup tools
-	$(VENV)/bin/pytest tests/unit $(PYTEST_ARGS)
+# The inner loop: no subprocess, server or pipeline (tests/unit/conftest.py refuses them).
+test-unit: setup
+	$(VENV)/bin/pytest $(PARALLEL) tests/unit $(PYTEST_ARGS)
+
+# Processes, PostgreSQL and the offline Kubernetes validators, but no pipeline run.
+test-integration: setup tools services
+	$(VENV)/bin/pytest $(PARALLEL) tests/integration $(PYTEST_ARGS)
 
 test-e2e: setup services
 	$(VENV)/bin/pytest tests/e2e $(PYTEST_ARGS)

@@ -13,21 +13,22 @@ Example:
 
     summary = record_run(config, ir, report, Path("workspace/runs/r1"), Path("workspace"),
                          sys.stdout)
-    summary["mlflow"]["run_id"]
+    summary.mlflow.run_id
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, TextIO
+
+from components.run_summary import SUMMARY_FILE, RunSummary
 
 ORCHESTRATOR = "kubernetes"
 
 
 def record_run(
     config: Any, ir: Any, report: Any, log_dir: Path, workspace_root: Path, out: TextIO
-) -> dict[str, Any]:
+) -> RunSummary | None:
     """Builds the run's summary from ML Metadata and records it in MLflow.
 
     Args:
@@ -41,7 +42,7 @@ def record_run(
         out: where the one-line messages go.
 
     Returns:
-        summary.json's content (with an `mlflow` section when it was recorded), or {} when
+        the run's summary (with an `mlflow` section when it was recorded), or None when
         ML Metadata could not be read.
     """
     from components import tracking
@@ -56,7 +57,7 @@ def record_run(
         print(f"mptfx: warning: run {report.run_id} not tracked: ML Metadata at "
               f"{describe_database(connection)} could not be read: {one_line(error)}",
               file=out, flush=True)
-        return {}
+        return None
     timings = {node_id: status.seconds for node_id, status in report.nodes.items()}
     log_dir.mkdir(parents=True, exist_ok=True)
     base = {
@@ -65,7 +66,7 @@ def record_run(
         "pipeline": config.pipeline.name,
         "orchestrator": ORCHESTRATOR,
         "workspace": config.kubernetes.workspace,
-        "summary_path": str(log_dir / "summary.json"),
+        "summary_path": str(log_dir / SUMMARY_FILE),
         "log_path": str(log_dir / "driver.log"),
         "config": config.model_dump(),
         "wall_seconds": round(sum(s or 0.0 for s in timings.values()), 2),
@@ -75,9 +76,8 @@ def record_run(
         base["failed_component"] = failed[0] if failed else None
         base["error"] = (f"{failed[0]} failed: {report.nodes[failed[0]].message}"
                          if failed else "the run did not finish")
-    summary = build_summary(nodes, timings, base)
-    summary["trainer"].setdefault("model", config.model.name)
-    Path(base["summary_path"]).write_text(json.dumps(summary, indent=2, default=str))
+    summary = build_summary(nodes, timings, base, model_name=config.model.name)
+    summary.write()
     try:
         store = tracking.resolve_store(config, workspace_root, out)
     except Exception as error:  # tracking.required with the server down: say so, keep going

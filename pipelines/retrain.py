@@ -88,7 +88,7 @@ def plan_retrain(config: Any, workspace: Any, data: Any, metadata: Any = None) -
     workspace's own sqlite file.
     """
     from components.ingest.listing import compute_input_fingerprint
-    from pipelines.run_command import RunPlan
+    from pipelines.api import RunPlan
 
     trained = trained_inputs(metadata or str(workspace.metadata_path), config.pipeline.name)
     if data.spans and trained:
@@ -103,13 +103,13 @@ def plan_retrain(config: Any, workspace: Any, data: Any, metadata: Any = None) -
     frozen = frozen_schema_path(workspace, config.pipeline.name)
     schema_file = config.data.schema_file or (str(frozen) if frozen.exists() else "")
 
-    def freeze_first_schema(summary: dict[str, Any]) -> None:
-        schema_uri = summary.get("data", {}).get("schema_uri")
-        if schema_file or not schema_uri or not summary.get("eval", {}).get("blessed"):
+    def freeze_first_schema(summary: Any) -> None:
+        schema_uri = summary.data.schema_uri
+        if schema_file or not schema_uri or not summary.eval.blessed:
             return
         frozen.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(Path(schema_uri) / SCHEMA_FILE, frozen)
-        summary["schema_frozen"] = str(frozen)
+        summary.schema_frozen = str(frozen)
 
     return RunPlan(schema_file=schema_file, after_run=freeze_first_schema)
 

@@ -14,6 +14,13 @@ from typing import Any
 from ml_metadata.proto import metadata_store_pb2
 from tfx.orchestration import metadata
 
+from components.run_summary import (
+    QUARANTINE_FILE,
+    TFLITE_REPORT_FILE,
+    TRAINING_SUMMARY_FILE,
+    RunSummary,
+)
+
 _STATE_NAMES = {
     metadata_store_pb2.Execution.COMPLETE: "completed",
     metadata_store_pb2.Execution.CACHED: "cached",
@@ -99,12 +106,12 @@ def _data_section(nodes: dict) -> dict[str, Any]:
         section["schema_uri"] = schema.uri
     report = _first(nodes, "Ingest", "quarantine")
     if report is not None:
-        quarantine = _read_json(os.path.join(report.uri, "quarantine.json")) or {}
+        quarantine = _read_json(os.path.join(report.uri, QUARANTINE_FILE)) or {}
         section["images"] = quarantine.get("total")
         section["quarantined"] = quarantine.get("bad")
         section["ignored"] = len(quarantine.get("ignored", []))
         section["split_counts"] = quarantine.get("split_counts")
-        section["quarantine_report"] = os.path.join(report.uri, "quarantine.json")
+        section["quarantine_report"] = os.path.join(report.uri, QUARANTINE_FILE)
     return section
 
 
@@ -112,7 +119,7 @@ def _trainer_section(nodes: dict) -> dict[str, Any]:
     model_run = _first(nodes, "Trainer", "model_run")
     if model_run is None:
         return {}
-    training = _read_json(os.path.join(model_run.uri, "training_summary.json")) or {}
+    training = _read_json(os.path.join(model_run.uri, TRAINING_SUMMARY_FILE)) or {}
     training.pop("history", None)
     training["model_uri"] = getattr(_first(nodes, "Trainer", "model"), "uri", None)
     training["tensorboard_logs"] = os.path.join(model_run.uri, "logs")
@@ -193,15 +200,20 @@ def _tflite_section(nodes: dict) -> dict[str, Any]:
     models = _first(nodes, "TFLite", "tflite_models")
     if models is None:
         return {}
-    return _read_json(os.path.join(models.uri, "report.json")) or {}
+    return _read_json(os.path.join(models.uri, TFLITE_REPORT_FILE)) or {}
 
 
 def build_summary(
     nodes: dict[str, dict[str, Any]],
     timings: dict[str, float | None],
     base: dict[str, Any],
-) -> dict[str, Any]:
-    """Assemble summary.json from the collected run outputs and per-component timings."""
+    model_name: str | None = None,
+) -> RunSummary:
+    """Assemble summary.json from the collected run outputs and per-component timings.
+
+    `base`: the run's own keys (status, run_id, paths, config, error); `model_name`: the
+    configured model, recorded when the Trainer wrote no summary of its own.
+    """
     components = {}
     for name in list(timings) + [node for node in nodes if node not in timings]:
         state = nodes.get(name, {}).get("state", "not run")
@@ -218,4 +230,6 @@ def build_summary(
     summary["eval"] = _eval_section(nodes)
     summary["pushed"] = _pushed_section(nodes)
     summary["tflite"] = _tflite_section(nodes)
-    return summary
+    if model_name:
+        summary["trainer"].setdefault("model", model_name)
+    return RunSummary.parse(summary)

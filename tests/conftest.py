@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from components.run_summary import RunSummary
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -24,8 +26,9 @@ class CliResult:
     stderr: str
 
     @property
-    def summary(self) -> dict:
-        return json.loads(self.stdout)
+    def summary(self) -> RunSummary:
+        """`--json` output, read through the summary's owner (a schema break fails here)."""
+        return RunSummary.parse(json.loads(self.stdout), "mptfx --json output")
 
 
 def run_mptfx(*args: str, cwd: Path = REPO, timeout: int = 900) -> CliResult:
@@ -41,6 +44,22 @@ def run_mptfx(*args: str, cwd: Path = REPO, timeout: int = 900) -> CliResult:
 @pytest.fixture(scope="session")
 def mptfx():
     return run_mptfx
+
+
+@pytest.fixture
+def mptfx_here(capsys, monkeypatch):
+    """`mptfx ARGS` in this process (`pipelines.cli.main`, what the console script calls),
+    for the commands that start no pipeline: same exit code and lines, no subprocess."""
+    from pipelines.cli import main
+
+    def run(*args: str, cwd: Path = REPO) -> CliResult:
+        monkeypatch.chdir(cwd)
+        capsys.readouterr()
+        code = main(list(args))
+        out, err = capsys.readouterr()
+        return CliResult(code, out, err)
+
+    return run
 
 
 @pytest.fixture(scope="module")
@@ -77,21 +96,20 @@ def _sql(psycopg2, server: dict, statement: str) -> None:
 
 @pytest.fixture(scope="module")
 def local_run(tmp_path_factory):
-    """The replays' baseline: their SMALL config run by the local runner (LocalDagRunner's
-    loop, sqlite ML Metadata), in this process, which has imported TensorFlow already."""
-    from pipelines.config import load_config
-    from pipelines.data_source import resolve_data
-    from pipelines.local_runner import RunProgress, run_locally
-    from pipelines.pipeline import create_pipeline
-    from pipelines.summary import build_summary, collect_outputs
+    """The replays' baseline: their SMALL config run through the Python API
+    (`pipelines.api.run_pipeline`: the local runner, sqlite ML Metadata) in this process,
+    which has imported TensorFlow already. Returns (ML Metadata outputs per node, summary)."""
+    from tfx.orchestration import metadata
+
+    from pipelines.api import run_pipeline
+    from pipelines.summary import collect_outputs
     from pipelines.workspace import Workspace
     from tests.k8s_double import SMALL
 
     workspace = Workspace(tmp_path_factory.mktemp("local"))
-    config = load_config(REPO / "configs/local.yaml", SMALL)
-    pipeline = create_pipeline(config, workspace, resolve_data(config, workspace, None))
-    run_locally(pipeline, "local", lambda kind, timing: None, RunProgress())
-    nodes = collect_outputs(pipeline.metadata_connection_config, config.pipeline.name, "local")
-    return nodes, build_summary(nodes, {}, {})
+    summary = run_pipeline(REPO / "configs/local.yaml", workspace.root, overrides=SMALL)
+    assert summary.status == "completed", summary.error
+    connection = metadata.sqlite_metadata_connection_config(str(workspace.metadata_path))
+    return collect_outputs(connection, summary.pipeline, summary.run_id), summary
 
 

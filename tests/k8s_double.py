@@ -1,4 +1,7 @@
-"""The Kubernetes API double of the replay tests, and the steps they share.
+"""The Kubernetes API doubles of the tests, and the steps the replays share.
+
+`ScriptedCluster` (tests/unit/test_k8s_runner.py, tests/integration/test_k8s_compile.py)
+finishes each pod on a script; `ProcessCluster` runs them as processes.
 
 `ProcessCluster` implements the calls the Kubernetes runner makes (BatchV1Api, CoreV1Api)
 and "runs" each Job by starting its container command as a local process with the
@@ -14,13 +17,15 @@ from __future__ import annotations
 import io
 import json
 import os
-import socket
 import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
 from kubernetes.client import ApiClient
+from kubernetes.client.exceptions import ApiException
+
+from tests.ports import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 # The replays' pipeline: small enough for a 2-core machine, big enough to be blessed.
@@ -38,12 +43,6 @@ class RawResponse:
 
 def _reply(body: dict, model: str, preload: bool):
     return _DESERIALIZE(body, model) if preload else RawResponse(body)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class ProcessCluster:
@@ -200,3 +199,151 @@ def submit(config, ir, run_id: str, cluster, log_dir: Path, plan=None,
     finally:
         cluster.stop()
     return report, location, out.getvalue()
+
+
+class ScriptedCluster:
+    """BatchV1Api + CoreV1Api + CustomObjectsApi double. `script[node]` lists pod outcomes
+    ("ok", "fail" = a crash with exit code 1, "exit2" = a usage error); each pod runs `ticks`
+    polls. `errors[(verb, kind)]` raises an ApiException instead."""
+
+    def __init__(self, script=None, ticks=2, errors=None):
+        self.script = script or {}
+        self.ticks = ticks
+        self.errors = errors or {}
+        self.jobs: dict[str, dict] = {}
+        self.created: list[str] = []
+        self.max_running = 0
+
+    # -- BatchV1Api ----------------------------------------------------------------------
+    def create_namespaced_job(self, namespace, body, _preload_content=True):
+        self._maybe_fail("create", "Job")
+        name = body["metadata"]["name"]
+        if name in self.jobs:
+            raise api_error(409, "AlreadyExists", f'jobs.batch "{name}" already exists')
+        node = body["metadata"]["labels"]["mptfx.dev/node"]
+        self.jobs[name] = {"body": body, "node": node, "outcomes": list(self.script.get(
+            node, ["ok"])), "age": 0, "failed": 0, "state": None, "pods": 1}
+        self.created.append(name)
+        return _reply(body, "V1Job", _preload_content)
+
+    def read_namespaced_job_status(self, name, namespace, _preload_content=True):
+        self._maybe_fail("read", "Job")
+        job = self.jobs[name]
+        self._advance(job)
+        running = sum(1 for j in self.jobs.values() if j["state"] is None)
+        self.max_running = max(self.max_running, running)
+        return _reply(self._as_dict(name), "V1Job", _preload_content)
+
+    def list_namespaced_job(self, namespace, label_selector="", _preload_content=True):
+        self._maybe_fail("list", "Job")
+        key, _, value = label_selector.partition("=")
+        items = [self._as_dict(n) for n, j in self.jobs.items() if j["body"]["kind"] == "Job"
+                 and j["body"]["metadata"]["labels"].get(key) == value]
+        return _reply({"items": items}, "V1JobList", _preload_content)
+
+    # -- CustomObjectsApi (TFJobs) ------------------------------------------------------------
+    def create_namespaced_custom_object(self, group, version, namespace, plural, body):
+        assert (group, version, plural) == ("kubeflow.org", "v1", "tfjobs")
+        self._maybe_fail("create", "TFJob")
+        name = body["metadata"]["name"]
+        if name in self.jobs:
+            raise api_error(409, "AlreadyExists", f'tfjobs.kubeflow.org "{name}" already exists')
+        node = body["metadata"]["labels"]["mptfx.dev/node"]
+        self.jobs[name] = {"body": body, "node": node, "outcomes": list(self.script.get(
+            node, ["ok"])), "age": 0, "failed": 0, "state": None, "pods": 1}
+        self.created.append(name)
+        return body
+
+    def get_namespaced_custom_object(self, group, version, namespace, plural, name):
+        self._advance(self.jobs[name])
+        return self._tfjob_dict(name)
+
+    def list_namespaced_custom_object(self, group, version, namespace, plural,
+                                      label_selector=""):
+        key, _, value = label_selector.partition("=")
+        return {"items": [self._tfjob_dict(n) for n, j in self.jobs.items()
+                          if j["body"]["kind"] == "TFJob"
+                          and j["body"]["metadata"]["labels"].get(key) == value]}
+
+    def _tfjob_dict(self, name):
+        job = self.jobs[name]
+        status = {"startTime": "2026-01-01T00:00:00Z",
+                  "replicaStatuses": {"Worker": {"failed": job["failed"]}}}
+        if job["state"] == "Complete":
+            status["conditions"] = [{"type": "Succeeded", "status": "True"}]
+            status["completionTime"] = "2026-01-01T00:02:00Z"
+        elif job["state"] == "Failed":
+            status["conditions"] = [{"type": "Failed", "status": "True",
+                                     "reason": "TFJobFailed", "message": "Worker failed"}]
+        return {**job["body"], "status": status}
+
+    # -- CoreV1Api ------------------------------------------------------------------------
+    def create_namespaced_service(self, namespace, body):
+        self._maybe_fail("create", "Service")
+
+    def list_namespaced_pod(self, namespace, label_selector=""):
+        job = label_selector.partition("=")[2]
+        pods = [{"metadata": {"name": f"{job}-pod{i}"}, "status": {"phase": "Running"}}
+                for i in range(self.jobs[job]["pods"])] if job in self.jobs else []
+        return _DESERIALIZE({"items": pods}, "V1PodList")
+
+    def read_namespaced_pod_log(self, name, namespace):
+        job = name.rsplit("-pod", 1)[0]
+        return f"log of {job}\nlast words of {self.jobs[job]['node']}\n"
+
+    # -- the script -----------------------------------------------------------------------
+    def _advance(self, job):
+        if job["state"] is not None:
+            return
+        job["age"] += 1
+        if job["age"] < self.ticks:
+            return
+        outcome = job["outcomes"].pop(0) if job["outcomes"] else "ok"
+        job["age"] = 0
+        if outcome == "ok":
+            job["state"] = "Complete"
+            return
+        job["failed"] += 1
+        job["pods"] += 1
+        spec = job["body"]["spec"]
+        exit_code = 2 if outcome == "exit2" else 1
+        if _fail_job_rule_matches(spec.get("podFailurePolicy"), exit_code):
+            job["state"], job["reason"] = "Failed", "PodFailurePolicy"
+        elif job["failed"] > spec.get("backoffLimit", spec.get("runPolicy", {}).get(
+                "backoffLimit", 6)):
+            job["state"], job["reason"] = "Failed", "BackoffLimitExceeded"
+
+    def _as_dict(self, name):
+        job = self.jobs[name]
+        status = {"failed": job["failed"] or None, "startTime": "2026-01-01T00:00:00Z"}
+        if job["state"] == "Complete":
+            status["conditions"] = [{"type": "Complete", "status": "True"}]
+            status["completionTime"] = "2026-01-01T00:01:00Z"
+        elif job["state"] == "Failed":
+            status["conditions"] = [{"type": "Failed", "status": "True",
+                                     "reason": job["reason"], "message": {
+                "BackoffLimitExceeded": "Job has reached the specified backoff limit",
+                "PodFailurePolicy": "Container node for pod failed with exit code 2 matching "
+                                    "FailJob rule at index 0"}[job["reason"]]}]
+        return {**job["body"], "status": status}
+
+    def _maybe_fail(self, verb, kind):
+        error = self.errors.get((verb, kind))
+        if error is not None:
+            raise error
+
+
+def _fail_job_rule_matches(policy, exit_code):
+    """The Job controller's reading of podFailurePolicy's onExitCodes FailJob rules."""
+    for rule in (policy or {}).get("rules", []):
+        codes = rule.get("onExitCodes")
+        if rule["action"] == "FailJob" and codes and (
+                (exit_code in codes["values"]) == (codes["operator"] == "In")):
+            return True
+    return False
+
+
+def api_error(status, reason, message):
+    error = ApiException(status=status, reason=reason)
+    error.body = json.dumps({"kind": "Status", "message": message, "reason": reason})
+    return error

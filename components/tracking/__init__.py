@@ -7,8 +7,8 @@
 `resolve_store` picks the store (`tracking.uri`, else MLFLOW_TRACKING_URI, else
 `sqlite:///<workspace>/mlflow.db`) and checks that a server answers: unreachable means one
 warning and the local store, or exit 2 with `tracking.required: true`. `log_run` records the
-run (params, per-epoch and final metrics, artifacts, registry aliases), adds
-`summary["mlflow"]` and rewrites summary.json. Tracking never fails a pipeline run that
+run (params, per-epoch and final metrics, artifacts, registry aliases), sets
+`summary.mlflow` and rewrites summary.json. Tracking never fails a pipeline run that
 completed: if the server goes away mid-run, the run is recorded locally instead.
 
 The commands `mptfx compare`, `ui`, `sweep` and `tracking sync` live in `commands.py`.
@@ -17,11 +17,11 @@ Nothing here imports MLflow or TensorFlow at import time.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, TextIO
 
 from components.redact import redact, redact_text
+from components.run_summary import RunSummary
 from components.tracking import store as store_lib
 from components.tracking.store import TrackingStore, is_local_uri, server_host
 
@@ -41,8 +41,8 @@ def resolve_store(config: Any, workspace_root: Path, out: TextIO) -> TrackingSto
     return store
 
 
-def log_run(store: TrackingStore, summary: dict[str, Any], out: TextIO) -> dict[str, Any]:
-    """Record the finished run in MLflow, set `summary["mlflow"]`, rewrite summary.json.
+def log_run(store: TrackingStore, summary: RunSummary, out: TextIO) -> dict[str, Any]:
+    """Record the finished run in MLflow, set `summary.mlflow`, rewrite summary.json.
 
     Returns the `mlflow` section: run_id, experiment, tracking_uri, run_url, registered_model
     (and pending_sync_to / sync_command when the run went to the local store instead).
@@ -64,8 +64,8 @@ def log_run(store: TrackingStore, summary: dict[str, Any], out: TextIO) -> dict[
             section = {"error": f"MLflow tracking failed: {_one_line(error)}",
                        "tracking_uri": redact(store.uri)}
             print(f"mptfx: warning: {section['error']}", file=out, flush=True)
-    summary["mlflow"] = section
-    Path(summary["summary_path"]).write_text(json.dumps(summary, indent=2, default=str))
+    summary.mlflow = section
+    summary.write()
     if "run_id" in section:
         where = section.get("run_url") or section["tracking_uri"]
         model = section.get("registered_model") or {}

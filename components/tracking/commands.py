@@ -2,8 +2,6 @@
 
     mptfx compare [--experiment NAME] [--last N | RUN_ID ...] [--out DIR]
                   [--format table|csv|json|markdown] [--workspace DIR] [--tracking-uri URI]
-    mptfx sweep --set trainer.precision=float32,mixed_float16 --set trainer.xla=off,on
-                [--workspace DIR] [--config FILE] [--data DIR] [--format ...] [--out DIR]
     mptfx ui [--workspace DIR] [--host 127.0.0.1] [--port 5000]
     mptfx tracking sync [--workspace DIR] [--to URI]
 
@@ -34,19 +32,20 @@ DEFAULT_LAST = 10
 CONNECT_TIMEOUT_SECONDS = 5.0
 
 
-def _workspace_argument(parser: argparse.ArgumentParser) -> None:
+def workspace_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workspace", default="workspace",
                         help="workspace folder (default ./workspace)")
 
 
-def _output_arguments(parser: argparse.ArgumentParser) -> None:
+def output_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--format", choices=FORMATS, default="table",
                         help="table (best per column marked *), csv, json or markdown")
     parser.add_argument("--out", help="folder for the PNG (default <workspace>/compare)")
 
 
 def register(commands: Any) -> None:
-    """Add `compare`, `sweep`, `ui` and `tracking sync` to the `mptfx` argparse tree."""
+    """Add `compare`, `ui` and `tracking sync` to the `mptfx` argparse tree (`sweep`, which
+    runs the pipeline, is pipelines/sweep.py and reuses the output options here)."""
     compare = commands.add_parser(
         "compare", help="compare recorded runs side by side (table + PNG)",
         description="Compare pipeline runs recorded in MLflow: precision, XLA, strategy, "
@@ -59,25 +58,12 @@ def register(commands: Any) -> None:
                          help=f"compare the N newest runs (default {DEFAULT_LAST})")
     compare.add_argument("--tracking-uri", help="MLflow store (default: $MLFLOW_TRACKING_URI, "
                          "else sqlite:///<workspace>/mlflow.db)")
-    _workspace_argument(compare)
-    _output_arguments(compare)
+    workspace_argument(compare)
+    output_arguments(compare)
     compare.set_defaults(handler=command_compare)
 
-    sweep = commands.add_parser(
-        "sweep", help="run the pipeline for every combination of --set values, then compare",
-        description="Run the pipeline once per point of the grid (TFX's cache skips what did "
-        "not change), then print the compare table for those runs.")
-    sweep.add_argument("--set", action="append", required=True, metavar="KEY=V1,V2,...",
-                       help="a config key and its values, e.g. "
-                       "trainer.precision=float32,mixed_float16 (repeatable; one value = fixed)")
-    sweep.add_argument("--config", help="YAML config (default: configs/local.yaml when present)")
-    sweep.add_argument("--data", help="image or TFRecord folder, as for `mptfx run`")
-    _workspace_argument(sweep)
-    _output_arguments(sweep)
-    sweep.set_defaults(handler=command_sweep)
-
     ui = commands.add_parser("ui", help="start the MLflow UI on the workspace's store")
-    _workspace_argument(ui)
+    workspace_argument(ui)
     ui.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1)")
     ui.add_argument("--port", type=int, default=5000, help="port (default 5000)")
     ui.set_defaults(handler=command_ui)
@@ -86,7 +72,7 @@ def register(commands: Any) -> None:
     actions = tracking.add_subparsers(dest="tracking_command", required=True, metavar="ACTION")
     sync = actions.add_parser(
         "sync", help="copy runs recorded locally while the server was down to the server")
-    _workspace_argument(sync)
+    workspace_argument(sync)
     sync.add_argument("--to", metavar="URI", help="server to copy to (default: the one each "
                       "run was meant for)")
     sync.set_defaults(handler=command_sync)
@@ -101,7 +87,7 @@ def _plot_path(args: argparse.Namespace, name: str) -> Path:
     return folder.resolve() / f"{name}-{_now()}.png"
 
 
-def _open_store(uri: str, workspace: Path) -> Any:
+def open_store(uri: str, workspace: Path) -> Any:
     from components.tracking.store import mlflow_client
 
     if is_local_uri(uri):
@@ -116,7 +102,7 @@ def _open_store(uri: str, workspace: Path) -> Any:
     return mlflow_client(uri)
 
 
-def _print_comparison(rows: list[dict], args: argparse.Namespace, uri: str, name: str) -> None:
+def print_comparison(rows: list[dict], args: argparse.Namespace, uri: str, name: str) -> None:
     from components.tracking.compare import format_rows, plot_runs
 
     plot = plot_runs(rows, _plot_path(args, name))
@@ -138,42 +124,15 @@ def command_compare(args: argparse.Namespace) -> int:
     workspace = Path(args.workspace).resolve()
     uri = args.tracking_uri or requested_tracking_uri("", os.environ) or local_store_uri(
         workspace)
-    client = _open_store(uri, workspace)
+    client = open_store(uri, workspace)
     try:
         runs = resolve_runs(client, args.runs, args.experiment, args.last or DEFAULT_LAST)
     except LookupError as error:
         raise UsageError(f"{error} in {uri}") from None
     if not runs:
         raise UsageError(f"no mptfx runs to compare in experiment {args.experiment!r} at {uri}")
-    _print_comparison(load_rows(client, runs), args, uri, "compare")
+    print_comparison(load_rows(client, runs), args, uri, "compare")
     return EXIT_OK
-
-
-def command_sweep(args: argparse.Namespace) -> int:
-    """`mptfx sweep`: every grid point as a `mptfx run`, then the comparison of those runs."""
-    from components.tracking.sweep import GridError, expand_grid, parse_grid, run_sweep
-
-    try:
-        points = expand_grid(parse_grid(args.set))
-    except GridError as error:
-        raise UsageError(str(error)) from None
-
-    def report(line: str) -> None:
-        print(line, file=sys.stderr, flush=True)
-
-    done, exit_code = run_sweep(points, args.workspace, args.config, args.data, report)
-    recorded = [p for p in done if p.mlflow.get("run_id")]
-    if not recorded:
-        report("mptfx sweep: no run was recorded in MLflow; nothing to compare")
-        return exit_code
-    from components.tracking.compare import load_rows
-
-    rows: list[dict] = []
-    for point in recorded:
-        client = _open_store(point.mlflow["tracking_uri"], Path(args.workspace).resolve())
-        rows += load_rows(client, [client.get_run(point.mlflow["run_id"])])
-    _print_comparison(rows, args, recorded[-1].mlflow["tracking_uri"], "sweep")
-    return exit_code
 
 
 def command_ui(args: argparse.Namespace) -> int:

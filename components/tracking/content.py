@@ -23,6 +23,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from components.run_summary import TRAINING_SUMMARY_FILE, RunSummary
+
 # MLflow's limits for one param value and one tag value.
 _MAX_PARAM_LENGTH = 6000
 _MAX_TAG_LENGTH = 5000
@@ -31,16 +33,16 @@ _VERSIONED_PACKAGES = {"tfx": "tfx", "tensorflow": "tensorflow", "mptfx": "mptfx
 _TFLITE_FIELDS = ("bytes", "agreement", "accuracy", "accuracy_delta", "latency_ms")
 
 
-def read_training_summary(summary: Mapping[str, Any]) -> dict[str, Any]:
+def read_training_summary(summary: RunSummary) -> dict[str, Any]:
     """The Trainer's training_summary.json (with its per-epoch `history`), or {}.
 
     It lives in the Trainer's model_run artifact, the parent of the TensorBoard log folder.
     """
-    logs = (summary.get("trainer") or {}).get("tensorboard_logs")
+    logs = summary.trainer.tensorboard_logs
     if not logs:
         return {}
     try:
-        return json.loads((Path(logs).parent / "training_summary.json").read_text())
+        return json.loads((Path(logs).parent / TRAINING_SUMMARY_FILE).read_text())
     except (OSError, ValueError):
         return {}
 
@@ -113,11 +115,11 @@ def _device(training: Mapping[str, Any]) -> str:
     return describe_host() + " [host that recorded the run]"
 
 
-def run_params(summary: Mapping[str, Any], training: Mapping[str, Any]) -> dict[str, str]:
+def run_params(summary: RunSummary, training: Mapping[str, Any]) -> dict[str, str]:
     """The run's settings: the Trainer's resolved choices first, then every config key as
     `config.<section>.<key>` (so a sweep's `--set` keys can be compared)."""
-    trainer = {**training, **(summary.get("trainer") or {})}
-    config = summary.get("config") or {}
+    trainer = {**training, **summary.trainer.to_dict()}
+    config = summary.config
     requested = config.get("trainer") or {}
     input_size = trainer.get("input_size")
     accumulation = next((trainer[k] for k in ("grad_accum_steps", "gradient_accumulation_steps")
@@ -149,7 +151,7 @@ def run_params(summary: Mapping[str, Any], training: Mapping[str, Any]) -> dict[
         "device": _device(trainer),
         "train_examples": trainer.get("train_examples"),
         "eval_examples": trainer.get("eval_examples"),
-        "data_root": summary.get("data_root"),
+        "data_root": summary.data_root,
         "autotune": _mapping(trainer.get("autotune")).get("status"),
         "autotune_candidates": ", ".join(_mapping(trainer.get("autotune")).get("candidates")
                                          or []) or None,
@@ -172,26 +174,25 @@ def _on_off(value: Any) -> str | None:
     return "on" if value else "off"
 
 
-def final_metrics(summary: Mapping[str, Any], tfma_metrics: Mapping[str, float]) -> dict:
+def final_metrics(summary: RunSummary, tfma_metrics: Mapping[str, float]) -> dict:
     """Single-value results of the run: throughput, TFMA evaluation, sizes, timings."""
-    trainer = summary.get("trainer") or {}
-    evaluation = summary.get("eval") or {}
-    data = summary.get("data") or {}
+    trainer = summary.trainer.to_dict()
+    evaluation, data = summary.eval, summary.data
     metrics: dict[str, Any] = {
         "train/images_per_sec": trainer.get("images_per_sec"),
         "seconds/train": trainer.get("train_seconds"),
         "train/skipped_steps": trainer.get("skipped_steps"),
         "train/final_loss_scale": _mapping(trainer.get("loss_scale")).get("final"),
-        "seconds/wall": summary.get("wall_seconds"),
-        "data/images": data.get("images"),
-        "data/quarantined": data.get("quarantined"),
-        "eval/accuracy": evaluation.get("accuracy"),
-        "eval/baseline_accuracy": evaluation.get("baseline_accuracy"),
+        "seconds/wall": summary.wall_seconds,
+        "data/images": data.images,
+        "data/quarantined": data.quarantined,
+        "eval/accuracy": evaluation.accuracy,
+        "eval/baseline_accuracy": evaluation.baseline_accuracy,
     }
-    if evaluation:
-        metrics["eval/blessed"] = 1.0 if evaluation.get("blessed") else 0.0
+    if evaluation.present():
+        metrics["eval/blessed"] = 1.0 if evaluation.blessed else 0.0
     labels = trainer.get("label_names") or []
-    for label, recall in (evaluation.get("recall_per_class") or {}).items():
+    for label, recall in (evaluation.recall_per_class or {}).items():
         index = int(label) if str(label).isdigit() else None
         name = labels[index] if index is not None and index < len(labels) else label
         metrics[f"eval/recall_{name}"] = recall
@@ -203,32 +204,33 @@ def final_metrics(summary: Mapping[str, Any], tfma_metrics: Mapping[str, float])
     for row in tuning.get("table") or []:
         cell = f"{row.get('precision')}_xla_{'on' if row.get('xla') else 'off'}"
         metrics[f"autotune/{cell}_images_per_sec"] = row.get("images_per_sec")
-    for name, info in (summary.get("components") or {}).items():
-        metrics[f"seconds/{name}"] = info.get("seconds")
+    for name, info in summary.components.items():
+        metrics[f"seconds/{name}"] = info.seconds
     metrics["size/saved_model_bytes"] = saved_model_bytes(summary)
-    for variant, info in (summary.get("tflite") or {}).items():
-        if not isinstance(info, Mapping):
+    for variant, info in summary.tflite.items():
+        if isinstance(info, str):  # "skipped": why
             continue
+        fields = info.to_dict()
         for field in _TFLITE_FIELDS:
-            metrics[f"tflite/{variant}_{field}"] = info.get(field)
-        metrics[f"tflite/{variant}_published"] = 1.0 if info.get("published") else 0.0
-    pushed = summary.get("pushed") or {}
-    if pushed.get("pushed") and str(pushed.get("version", "")).isdigit():
-        metrics["pushed/version"] = int(pushed["version"])
+            metrics[f"tflite/{variant}_{field}"] = fields.get(field)
+        metrics[f"tflite/{variant}_published"] = 1.0 if info.published else 0.0
+    version = summary.pushed_version
+    if version is not None and str(version).isdigit():
+        metrics["pushed/version"] = int(version)
     return {key: float(value) for key, value in metrics.items()
             if _is_number(value) and math.isfinite(value)}
 
 
-def serving_model_dir(summary: Mapping[str, Any]) -> str | None:
+def serving_model_dir(summary: RunSummary) -> str | None:
     """The SavedModel folder TF Serving loads: the pushed version, else the Trainer's."""
-    pushed = summary.get("pushed") or {}
-    if pushed.get("pushed") and pushed.get("path"):
-        return str(pushed["path"])
-    model_uri = (summary.get("trainer") or {}).get("model_uri")
+    pushed = summary.pushed
+    if pushed.pushed and pushed.path:
+        return str(pushed.path)
+    model_uri = summary.trainer.model_uri
     return os.path.join(model_uri, "Format-Serving") if model_uri else None
 
 
-def saved_model_bytes(summary: Mapping[str, Any]) -> int | None:
+def saved_model_bytes(summary: RunSummary) -> int | None:
     """Total size of the serving SavedModel's files, None when it is not on this machine."""
     folder = serving_model_dir(summary)
     if not folder or not os.path.isdir(folder):
@@ -262,33 +264,32 @@ def package_versions() -> dict[str, str]:
 
 
 def run_tags(
-    summary: Mapping[str, Any], commit: str | None, versions: Mapping[str, str]
+    summary: RunSummary, commit: str | None, versions: Mapping[str, str]
 ) -> dict[str, str]:
     """Lineage tags: the TFX run id, each component's MLMD execution id and state, the git
     commit, library versions and the TensorBoard log folder."""
-    evaluation = summary.get("eval") or {}
-    pushed = summary.get("pushed") or {}
-    logs = (summary.get("trainer") or {}).get("tensorboard_logs")
+    evaluation, pushed = summary.eval, summary.pushed
+    logs = summary.trainer.tensorboard_logs
     tags: dict[str, Any] = {
-        "mptfx.tfx_run_id": summary.get("run_id"),
-        "mptfx.pipeline": summary.get("pipeline"),
-        "mptfx.status": summary.get("status"),
-        "mptfx.workspace": summary.get("workspace"),
-        "mptfx.summary_path": summary.get("summary_path"),
-        "mptfx.log_path": summary.get("log_path"),
-        "mptfx.error": summary.get("error"),
-        "mptfx.blessed": None if not evaluation else bool(evaluation.get("blessed")),
-        "mptfx.pushed_version": pushed.get("version") if pushed.get("pushed") else None,
-        "mptfx.pushed_path": pushed.get("path") if pushed.get("pushed") else None,
+        "mptfx.tfx_run_id": summary.run_id,
+        "mptfx.pipeline": summary.pipeline,
+        "mptfx.status": summary.status,
+        "mptfx.workspace": summary.workspace,
+        "mptfx.summary_path": summary.summary_path,
+        "mptfx.log_path": summary.log_path,
+        "mptfx.error": summary.error,
+        "mptfx.blessed": evaluation.blessed if evaluation.present() else None,
+        "mptfx.pushed_version": summary.pushed_version,
+        "mptfx.pushed_path": pushed.path if pushed.pushed else None,
         "tensorboard_logs": logs,
         "tensorboard_command": f"tensorboard --logdir {logs}" if logs else None,
-        "mptfx.orchestrator": summary.get("orchestrator") or "local",
-        "mlflow.source.name": ("mptfx k8s submit" if summary.get("orchestrator") == "kubernetes"
+        "mptfx.orchestrator": summary.orchestrator or "local",
+        "mlflow.source.name": ("mptfx k8s submit" if summary.orchestrator == "kubernetes"
                                else "mptfx run"),
     }
-    for name, info in (summary.get("components") or {}).items():
-        tags[f"mlmd.execution_id.{name}"] = info.get("execution_id")
-        tags[f"tfx.component_status.{name}"] = info.get("status")
+    for name, info in summary.components.items():
+        tags[f"mlmd.execution_id.{name}"] = info.execution_id
+        tags[f"tfx.component_status.{name}"] = info.status
     if commit:
         tags["mlflow.source.git.commit"] = commit
         tags["git_commit"] = commit
@@ -299,11 +300,11 @@ def run_tags(
 
 
 def evaluation_report(
-    summary: Mapping[str, Any], tfma_metrics: Mapping[str, float]
+    summary: RunSummary, tfma_metrics: Mapping[str, float]
 ) -> dict[str, Any]:
     """The Evaluator's verdict in one JSON document: blessing, reasons, thresholds, metrics."""
-    evaluation = dict(summary.get("eval") or {})
-    thresholds = (summary.get("config") or {}).get("evaluator") or {}
+    evaluation = summary.eval.to_dict()
+    thresholds = summary.config.get("evaluator") or {}
     return {
         "blessed": evaluation.pop("blessed", None),
         "accuracy": evaluation.pop("accuracy", None),

@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from components.run_summary import RunSummary
+
 
 def _fmt(value: Any, digits: int = 4) -> str:
     if value is None:
@@ -17,14 +19,14 @@ def _fmt(value: Any, digits: int = 4) -> str:
     return str(value)
 
 
-def _data_lines(summary: Mapping[str, Any]) -> list[str]:
-    data = summary.get("data") or {}
-    config = (summary.get("config") or {}).get("data") or {}
-    splits = data.get("split_counts") or {}
+def _data_lines(summary: RunSummary) -> list[str]:
+    data = summary.data
+    config = summary.config.get("data") or {}
+    splits = data.split_counts or {}
+    quarantined = data.quarantined if "quarantined" in data.model_fields_set else 0
     lines = [
-        f"- Source: `{config.get('source', 'n/a')}` (read from `{summary.get('data_root')}`)",
-        f"- Images: {_fmt(data.get('images'))}, quarantined (undecodable): "
-        f"{_fmt(data.get('quarantined', 0))}",
+        f"- Source: `{config.get('source', 'n/a')}` (read from `{summary.data_root}`)",
+        f"- Images: {_fmt(data.images)}, quarantined (undecodable): {_fmt(quarantined)}",
     ]
     if splits:
         lines.append("- Splits: " + ", ".join(f"{k} {v}" for k, v in splits.items()))
@@ -49,40 +51,40 @@ def _training_lines(trainer: Mapping[str, Any]) -> list[str]:
     ]
 
 
-def _metric_lines(summary: Mapping[str, Any]) -> list[str]:
-    evaluation = summary.get("eval") or {}
-    if not evaluation:
+def _metric_lines(summary: RunSummary) -> list[str]:
+    evaluation = summary.eval
+    if not evaluation.present():
         return ["- Not evaluated."]
-    verdict = "BLESSED" if evaluation.get("blessed") else (
-        "not blessed: " + "; ".join(evaluation.get("why_not_blessed") or []))
-    lines = [f"- Eval accuracy (TFMA): **{_fmt(evaluation.get('accuracy'))}** — {verdict}"]
-    if evaluation.get("baseline_accuracy") is not None:
-        lines.append(f"- Baseline (latest blessed model): {evaluation['baseline_accuracy']}")
-    recall = evaluation.get("recall_per_class") or {}
+    verdict = "BLESSED" if evaluation.blessed else (
+        "not blessed: " + "; ".join(evaluation.why_not_blessed or []))
+    lines = [f"- Eval accuracy (TFMA): **{_fmt(evaluation.accuracy)}** — {verdict}"]
+    if evaluation.baseline_accuracy is not None:
+        lines.append(f"- Baseline (latest blessed model): {evaluation.baseline_accuracy}")
+    recall = evaluation.recall_per_class or {}
     if recall:
         worst = min(recall, key=recall.get)
         lines.append(f"- Per-class recall: lowest {recall[worst]} (class {worst}); "
                      + ", ".join(f"{k}: {v}" for k, v in recall.items()))
-    for variant, info in (summary.get("tflite") or {}).items():
-        if isinstance(info, Mapping):
-            lines.append(f"- TF Lite {variant}: {_fmt(info.get('bytes'))} bytes, top-1 agreement "
-                         f"{_fmt(info.get('agreement'))} with the SavedModel, published: "
-                         f"{'yes' if info.get('published') else 'no'}")
+    for variant, info in summary.tflite.items():
+        if not isinstance(info, str):  # "skipped": why
+            lines.append(f"- TF Lite {variant}: {_fmt(info.bytes)} bytes, top-1 agreement "
+                         f"{_fmt(info.agreement)} with the SavedModel, published: "
+                         f"{'yes' if info.published else 'no'}")
     return lines
 
 
-def render_model_card(summary: Mapping[str, Any], training: Mapping[str, Any]) -> str:
+def render_model_card(summary: RunSummary, training: Mapping[str, Any]) -> str:
     """Markdown describing the model this run produced."""
-    trainer = {**training, **(summary.get("trainer") or {})}
+    trainer = {**training, **summary.trainer.to_dict()}
     trainer.pop("history", None)
-    pushed = summary.get("pushed") or {}
+    pushed = summary.pushed
     labels = trainer.get("label_names") or []
-    model_name = ((summary.get("config") or {}).get("pusher") or {}).get("model_name", "model")
-    serving = (f"TF Serving version {pushed.get('version')} at `{pushed.get('path')}`"
-               if pushed.get("pushed") else "not pushed to serving")
+    model_name = (summary.config.get("pusher") or {}).get("model_name", "model")
+    serving = (f"TF Serving version {pushed.version} at `{pushed.path}`"
+               if pushed.pushed else "not pushed to serving")
     logs = trainer.get("tensorboard_logs")
     sections = [
-        f"# Model card: {model_name} (run {summary.get('run_id')})",
+        f"# Model card: {model_name} (run {summary.run_id})",
         "",
         "## Intended use",
         f"Classifies single images into one of {len(labels)} classes "
@@ -101,10 +103,10 @@ def render_model_card(summary: Mapping[str, Any], training: Mapping[str, Any]) -
         *_metric_lines(summary),
         "",
         "## Lineage",
-        f"- Pipeline `{summary.get('pipeline')}`, TFX run `{summary.get('run_id')}`, "
-        f"status {summary.get('status')}",
+        f"- Pipeline `{summary.pipeline}`, TFX run `{summary.run_id}`, "
+        f"status {summary.status}",
         f"- Serving: {serving}",
         f"- TensorBoard: `tensorboard --logdir {logs}`" if logs else "- TensorBoard: n/a",
-        f"- summary.json: `{summary.get('summary_path')}`",
+        f"- summary.json: `{summary.summary_path}`",
     ]
     return "\n".join(sections) + "\n"

@@ -1,6 +1,6 @@
 """Record one finished pipeline run as one MLflow run, read back from summary.json.
 
-    section = record_pipeline_run(store, summary)   # summary["mlflow"] == section
+    section = record_pipeline_run(store, summary)   # summary.mlflow == section
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from components.redact import redact
+from components.run_summary import SUMMARY_FILE, TRAINING_SUMMARY_FILE, RunSummary
 from components.tracking import content, registry
 from components.tracking.model_card import render_model_card
 from components.tracking.store import (
@@ -73,7 +74,7 @@ def log_in_batches(
         client.log_batch(run_id, metrics=metric_list[start:start + _BATCH_METRICS])
 
 
-def _metric_entities(summary: Mapping[str, Any], training: Mapping[str, Any],
+def _metric_entities(summary: RunSummary, training: Mapping[str, Any],
                      tfma_metrics: Mapping[str, float]) -> list:
     from mlflow.entities import Metric
 
@@ -88,22 +89,21 @@ def _metric_entities(summary: Mapping[str, Any], training: Mapping[str, Any],
     return entities
 
 
-def _log_artifacts(client: Any, run_id: str, summary: Mapping[str, Any],
+def _log_artifacts(client: Any, run_id: str, summary: RunSummary,
                    training: Mapping[str, Any], tfma_metrics: Mapping[str, float]) -> None:
     with tempfile.TemporaryDirectory(prefix="mptfx-mlflow-") as folder:
         staged = Path(folder)
-        (staged / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+        (staged / SUMMARY_FILE).write_text(summary.to_json())
         (staged / "model_card.md").write_text(render_model_card(summary, training))
         if training:
-            (staged / "training_summary.json").write_text(json.dumps(training, indent=2))
-        evaluation = summary.get("eval") or {}
-        if evaluation:
+            (staged / TRAINING_SUMMARY_FILE).write_text(json.dumps(training, indent=2))
+        if summary.eval.present():
             report = staged / "evaluation"
             report.mkdir()
             (report / "report.json").write_text(json.dumps(
                 content.evaluation_report(summary, tfma_metrics), indent=2, default=str))
         client.log_artifacts(run_id, str(staged))
-    tfma_dir = evaluation.get("evaluation_uri")
+    tfma_dir = summary.eval.evaluation_uri
     if tfma_dir and os.path.isdir(tfma_dir):
         client.log_artifacts(run_id, tfma_dir, "evaluation/tfma")
 
@@ -114,21 +114,21 @@ def _run_url(store: TrackingStore, experiment_id: str, run_id: str) -> str | Non
     return redact(f"{store.uri.rstrip('/')}/#/experiments/{experiment_id}/runs/{run_id}")
 
 
-def record_pipeline_run(store: TrackingStore, summary: dict[str, Any]) -> dict[str, Any]:
+def record_pipeline_run(store: TrackingStore, summary: RunSummary) -> dict[str, Any]:
     """Create the MLflow run for `summary` in `store` and log everything; return the
-    `summary["mlflow"]` section (also set on `summary` before summary.json is logged)."""
+    `mlflow` section (also set on `summary` before summary.json is logged)."""
     client = mlflow_client(store.uri)
     experiment_id = ensure_experiment(client, store.experiment, store.artifact_location)
     training = content.read_training_summary(summary)
-    tfma_metrics = read_tfma_metrics((summary.get("eval") or {}).get("evaluation_uri"))
+    tfma_metrics = read_tfma_metrics(summary.eval.evaluation_uri)
     tags = content.run_tags(summary, content.git_commit(), content.package_versions())
     if store.is_fallback:
         # Without the password: `mptfx tracking sync` takes it from MLFLOW_TRACKING_PASSWORD.
         tags[SYNC_TO_TAG] = redact(store.requested_uri)
     # The MLflow run spans the pipeline run, so its duration in the UI is the wall time.
-    started = time.time() - float(summary.get("wall_seconds") or 0)
+    started = time.time() - float(summary.wall_seconds or 0)
     run = client.create_run(experiment_id, start_time=int(started * 1000),
-                            run_name=str(summary.get("run_id")), tags=tags)
+                            run_name=str(summary.run_id), tags=tags)
     run_id = run.info.run_id
     section: dict[str, Any] = {
         "run_id": run_id,
@@ -142,19 +142,20 @@ def record_pipeline_run(store: TrackingStore, summary: dict[str, Any]) -> dict[s
     if store.is_fallback:
         section.update(pending_sync_to=redact(store.requested_uri), sync_command=store.sync_command,
                        unreachable_reason=store.unreachable_reason)
-    summary["mlflow"] = section
+    summary.mlflow = section
     try:
         log_in_batches(client, run_id, params=content.run_params(summary, training),
                        metrics=_metric_entities(summary, training, tfma_metrics))
         if store.register_model:
             section["registered_model"] = registry.register_run_model(
                 client, run, summary, store.model_name)
+            summary.mlflow = section
         client.set_tag(run_id, "mlflow.note.content", render_model_card(summary, training))
         _log_artifacts(client, run_id, summary, training, tfma_metrics)
     except BaseException:
         _terminate_quietly(client, run_id, "FAILED")
         raise
-    client.set_terminated(run_id, _RUN_STATUS.get(str(summary.get("status")), "FAILED"))
+    client.set_terminated(run_id, _RUN_STATUS.get(summary.status, "FAILED"))
     return section
 
 

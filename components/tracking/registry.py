@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from components.run_summary import RunSummary
 from components.tracking.content import serving_model_dir
 
 CHAMPION = "champion"
@@ -39,23 +40,23 @@ class Candidate:
     decided_now: bool
 
 
-def choose_candidate(summary: Mapping[str, Any]) -> Candidate | None:
+def choose_candidate(summary: RunSummary) -> Candidate | None:
     """champion for a pushed model, challenger for an evaluated, unblessed one, else None."""
-    trainer = summary.get("trainer") or {}
-    evaluation = summary.get("eval") or {}
-    components = summary.get("components") or {}
-    model_uri = trainer.get("model_uri")
+    evaluation, pushed = summary.eval, summary.pushed
+    model_uri = summary.trainer.model_uri
     folder = serving_model_dir(summary)
     if not model_uri or not folder:
         return None
-    pushed = summary.get("pushed") or {}
-    if pushed.get("pushed"):
-        ran = (components.get("Pusher") or {}).get("status") == "completed"
-        alias = CHALLENGER if pushed.get("label") == "canary" else CHAMPION
-        return Candidate(alias, folder, model_uri, ran)
-    if evaluation and not evaluation.get("blessed"):
-        ran = (components.get("Evaluator") or {}).get("status") == "completed"
-        return Candidate(CHALLENGER, folder, model_uri, ran)
+
+    def ran(component: str) -> bool:
+        record = summary.components.get(component)
+        return record is not None and record.status == "completed"
+
+    if pushed.pushed:
+        alias = CHALLENGER if pushed.label == "canary" else CHAMPION
+        return Candidate(alias, folder, model_uri, ran("Pusher"))
+    if evaluation.present() and not evaluation.blessed:
+        return Candidate(CHALLENGER, folder, model_uri, ran("Evaluator"))
     return None
 
 
@@ -125,7 +126,7 @@ def create_version(
 
 
 def register_run_model(
-    client: Any, run: Any, summary: Mapping[str, Any], model_name: str
+    client: Any, run: Any, summary: RunSummary, model_name: str
 ) -> dict[str, Any] | None:
     """Register this run's model (logging its SavedModel as `serving_model/`) and set its alias.
 
@@ -141,18 +142,17 @@ def register_run_model(
         if not os.path.isdir(candidate.model_dir):
             return None
         log_serving_model(client, run_id, candidate.model_dir)
-        evaluation = summary.get("eval") or {}
-        pushed = summary.get("pushed") or {}
+        evaluation, pushed = summary.eval, summary.pushed
         tags = {
             MODEL_URI_TAG: candidate.model_uri,
-            "mptfx.tfx_run_id": str(summary.get("run_id")),
-            "precision": str((summary.get("trainer") or {}).get("precision")),
-            "eval_accuracy": str(evaluation.get("accuracy")),
-            "blessed": str(bool(evaluation.get("blessed"))).lower(),
+            "mptfx.tfx_run_id": str(summary.run_id),
+            "precision": str(summary.trainer.precision),
+            "eval_accuracy": str(evaluation.accuracy),
+            "blessed": str(evaluation.blessed).lower(),
         }
-        if pushed.get("pushed"):
-            tags.update({"serving_path": str(pushed.get("path")),
-                         "serving_version": str(pushed.get("version"))})
+        if pushed.pushed:
+            tags.update({"serving_path": str(pushed.path),
+                         "serving_version": str(pushed.version)})
         version = create_version(client, run_id, run.info.artifact_uri, model_name, tags)
         moved = True
     else:

@@ -69,9 +69,9 @@ def test_too_many_corrupt_files_fail_the_ingest_naming_them(mptfx, tmp_path):
     line = _error_line(result.stderr)
     assert "Ingest" in line and "broken_0.png" in line and "max_bad_fraction" in line
     summary = result.summary
-    assert summary["status"] == "failed" and summary["failed_component"] == "Ingest"
-    assert summary["components"]["Ingest"]["status"] == "failed"
-    assert "Trainer" not in summary["components"]
+    assert summary.status == "failed" and summary.failed_component == "Ingest"
+    assert summary.components["Ingest"].status == "failed"
+    assert "Trainer" not in summary.components
     # Nothing was lost: the user's files are all still there.
     assert len(list(Path(data).glob("*/*"))) == 33
 

@@ -81,16 +81,16 @@ def test_replay_produces_the_same_artifacts_and_blessing_as_the_local_run(replay
     assert set(nodes) == set(local_nodes) and len(nodes) == 10
     for node, info in nodes.items():  # same outputs, node by node: keys and counts
         assert _shape(info) == _shape(local_nodes[node]), node
-    replayed = build_summary(nodes, {}, {})
-    assert replayed["data"]["images"] == local["data"]["images"] == 400
-    assert replayed["data"]["split_counts"] == local["data"]["split_counts"]
-    assert replayed["eval"]["blessed"] is local["eval"]["blessed"] is True
-    assert abs(replayed["eval"]["accuracy"] - local["eval"]["accuracy"]) < 0.1
-    assert replayed["pushed"]["pushed"] is local["pushed"]["pushed"] is True
-    assert replayed["pushed"]["version"] == local["pushed"]["version"] == "1"
-    assert Path(replayed["pushed"]["path"], "saved_model.pb").exists()
-    assert set(replayed["tflite"]) == set(local["tflite"]) and replayed["tflite"]["fp32"][
-        "published"]
+    replayed = build_summary(nodes, {}, {"status": "completed", "run_id": replay["run_id"],
+                                         "summary_path": "not written"})
+    assert replayed.data.images == local.data.images == 400
+    assert replayed.data.split_counts == local.data.split_counts
+    assert replayed.eval.blessed is local.eval.blessed is True
+    assert abs(replayed.eval.accuracy - local.eval.accuracy) < 0.1
+    assert replayed.pushed.pushed is local.pushed.pushed is True
+    assert replayed.pushed.version == local.pushed.version == "1"
+    assert Path(replayed.pushed.path, "saved_model.pb").exists()
+    assert set(replayed.tflite) == set(local.tflite) and replayed.tflite["fp32"].published
     schemas = [Path(n["SchemaGen"]["outputs"]["schema"][0].uri, "schema.pbtxt").read_text()
                for n in (nodes, local_nodes)]
     assert schemas[0] == schemas[1]
@@ -99,6 +99,7 @@ def test_replay_produces_the_same_artifacts_and_blessing_as_the_local_run(replay
 def test_the_driver_records_the_replayed_run_in_mlflow(replay, postgres, monkeypatch, tmp_path):
     from mlflow import MlflowClient
 
+    from components.run_summary import RunSummary
     from pipelines.k8s_tracking import record_run
 
     monkeypatch.setenv("MPTFX_MLMD_PASSWORD", postgres["password"])
@@ -106,17 +107,16 @@ def test_the_driver_records_the_replayed_run_in_mlflow(replay, postgres, monkeyp
     out = io.StringIO()
     summary = record_run(replay["config"], replay["ir"], replay["report"], tmp_path / "log",
                          tmp_path / "ws", out)
-    assert summary["status"] == "completed" and summary["orchestrator"] == "kubernetes"
+    assert summary.status == "completed" and summary.orchestrator == "kubernetes"
     # What a user reads in the driver's log when the model was not registered.
-    assert summary["mlflow"].get("registered_model"), (out.getvalue(), summary.get("pushed"))
-    assert json.loads((tmp_path / "log" / "summary.json").read_text())["mlflow"] == \
-        summary["mlflow"]
+    assert summary.mlflow.registered_model, (out.getvalue(), summary.pushed)
+    assert RunSummary.read(tmp_path / "log" / "summary.json").mlflow == summary.mlflow
     store = f"sqlite:///{tmp_path / 'ws' / 'mlflow.db'}"
     client = MlflowClient(tracking_uri=store, registry_uri=store)
-    run = client.get_run(summary["mlflow"]["run_id"])
+    run = client.get_run(summary.mlflow.run_id)
     assert run.data.tags["mptfx.orchestrator"] == "kubernetes"
     assert run.data.tags["mptfx.tfx_run_id"] == replay["run_id"]
-    assert run.data.metrics["eval/accuracy"] == summary["eval"]["accuracy"] >= 0.5
+    assert run.data.metrics["eval/accuracy"] == summary.eval.accuracy >= 0.5
     assert run.data.metrics["seconds/Trainer"] > 0
     assert run.data.params["precision_requested"] == "auto"
     assert run.data.params["config.trainer.epochs"] == "3"
@@ -132,7 +132,7 @@ def test_an_unreadable_metadata_database_is_one_warning_not_a_failure(replay, mo
     monkeypatch.setenv("MPTFX_MLMD_PASSWORD", "not-the-password")
     out = io.StringIO()
     assert record_run(replay["config"], replay["ir"], replay["report"], tmp_path / "log",
-                      tmp_path / "ws", out) == {}
+                      tmp_path / "ws", out) is None
     lines = out.getvalue().strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(
         f"mptfx: warning: run {replay['run_id']} not tracked: ML Metadata at postgresql://")

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from components.run_summary import RunSummary
 from pipelines.datasets import export_digits
 
 pytestmark = pytest.mark.e2e
@@ -36,11 +37,11 @@ def digits_run(mptfx, user_data, tmp_path_factory):
     return workspace, result
 
 
-def _eval_images(summary: dict) -> tuple[np.ndarray, np.ndarray]:
+def _eval_images(summary: RunSummary) -> tuple[np.ndarray, np.ndarray]:
     """The eval split as the ingest wrote it: uint8 images and labels."""
     import tensorflow as tf
 
-    files = tf.io.gfile.glob(f"{summary['data']['examples_uri']}/Split-eval/*.gz")
+    files = tf.io.gfile.glob(f"{summary.data.examples_uri}/Split-eval/*.gz")
     images, labels = [], []
     for record in tf.data.TFRecordDataset(files, compression_type="GZIP"):
         example = tf.train.Example.FromString(record.numpy())
@@ -53,34 +54,34 @@ def _eval_images(summary: dict) -> tuple[np.ndarray, np.ndarray]:
 def test_run_completes_and_prints_progress_and_summary(digits_run):
     workspace, result = digits_run
     summary = result.summary
-    assert summary["status"] == "completed"
-    assert set(summary["components"]) == set(COMPONENTS)
-    assert list(summary["components"])[0] == "Ingest"  # data-flow order
-    assert list(summary["components"])[-1] == "TFLite"
+    assert summary.status == "completed"
+    assert set(summary.components) == set(COMPONENTS)
+    assert list(summary.components)[0] == "Ingest"  # data-flow order
+    assert list(summary.components)[-1] == "TFLite"
     for name in COMPONENTS:
-        assert summary["components"][name]["status"] in ("completed", "cached"), name
+        assert summary.components[name].status in ("completed", "cached"), name
     for name in ("Ingest", "Trainer", "Evaluator"):
         assert f"> {name} ..." in result.stderr and f"< {name} done in" in result.stderr
     assert "BLESSED" in result.stderr and "component" in result.stderr
-    on_disk = json.loads(Path(summary["summary_path"]).read_text())
-    assert on_disk == summary
-    assert Path(summary["summary_path"]).parent.parent == workspace / "runs"
-    assert summary["wall_seconds"] > 0
-    trainer = summary["trainer"]
+    on_disk = json.loads(Path(summary.summary_path).read_text())
+    assert on_disk == summary.to_dict()
+    assert Path(summary.summary_path).parent.parent == workspace / "runs"
+    assert summary.wall_seconds > 0
+    trainer = summary.trainer
     from components.trainer.precision import describe_devices, resolve_precision_policy
 
     expected, reason = resolve_precision_policy("auto", describe_devices())
-    assert trainer["precision"] == expected and trainer["precision_reason"] == reason
-    assert trainer["xla"] in ("off", False) and trainer["epochs"] == 15
-    assert trainer["images_per_sec"] > 0 and trainer["strategy"]
+    assert trainer.precision == expected and trainer.precision_reason == reason
+    assert trainer.xla in ("off", False) and trainer.epochs == 15
+    assert trainer.images_per_sec > 0 and trainer.strategy
 
 
 def test_corrupt_files_are_quarantined_and_non_images_ignored_not_fatal(digits_run):
     summary = digits_run[1].summary
-    assert summary["data"]["quarantined"] == 1
-    assert summary["data"]["images"] == 1798
-    assert summary["data"]["ignored"] == 1
-    report = json.loads(Path(summary["data"]["quarantine_report"]).read_text())
+    assert summary.data.quarantined == 1
+    assert summary.data.images == 1798
+    assert summary.data.ignored == 1
+    report = json.loads(Path(summary.data.quarantine_report).read_text())
     named = {Path(entry["path"]).name: entry["reason"] for entry in report["files"]}
     assert set(named) == {"scanner_glitch.png"}
     assert all(named.values())
@@ -89,12 +90,12 @@ def test_corrupt_files_are_quarantined_and_non_images_ignored_not_fatal(digits_r
 
 def test_model_is_accurate_blessed_and_pushed_in_tf_serving_layout(digits_run):
     summary = digits_run[1].summary
-    assert summary["eval"]["accuracy"] >= 0.95
-    assert summary["eval"]["blessed"] is True
-    pushed = summary["pushed"]
-    assert pushed["pushed"] is True
-    version_dir = Path(pushed["path"])
-    assert version_dir.name == str(pushed["version"]) and version_dir.name.isdigit()
+    assert summary.eval.accuracy >= 0.95
+    assert summary.eval.blessed is True
+    pushed = summary.pushed
+    assert pushed.pushed is True
+    version_dir = Path(pushed.path)
+    assert version_dir.name == str(pushed.version) and version_dir.name.isdigit()
     assert (version_dir / "saved_model.pb").exists()
     assert version_dir.parent.name == "digits"
 
@@ -103,7 +104,7 @@ def test_pushed_saved_model_classifies_eval_images(digits_run):
     import tensorflow as tf
 
     summary = digits_run[1].summary
-    model = tf.saved_model.load(summary["pushed"]["path"])
+    model = tf.saved_model.load(summary.pushed.path)
     images, labels = _eval_images(summary)
     outputs = model.signatures["predict_images"](images=tf.constant(images))
     predicted = outputs["class_id"].numpy()
@@ -116,15 +117,15 @@ def test_tflite_fp32_matches_saved_model_top1(digits_run):
     import tensorflow as tf
 
     summary = digits_run[1].summary
-    fp32 = summary["tflite"]["fp32"]
-    assert fp32["published"] is True and fp32["agreement"] >= 0.99
-    path = Path(fp32["path"])
-    assert path.exists() and path.stat().st_size == fp32["bytes"]
+    fp32 = summary.tflite["fp32"]
+    assert fp32.published is True and fp32.agreement >= 0.99
+    path = Path(fp32.path)
+    assert path.exists() and path.stat().st_size == fp32.bytes
     assert (path.parent / "labels.txt").read_text().split() == [str(d) for d in range(10)]
 
     images, _ = _eval_images(summary)
-    model = tf.saved_model.load(summary["pushed"]["path"])
-    height, width = summary["trainer"]["input_size"]
+    model = tf.saved_model.load(summary.pushed.path)
+    height, width = summary.trainer.input_size
     normalized = tf.image.resize(tf.cast(images, tf.float32) / 255.0, (height, width)).numpy()
     reference = model.signatures["predict_normalized"](images=tf.constant(normalized))
     reference = reference["probabilities"].numpy().argmax(axis=1)
@@ -140,7 +141,7 @@ def test_both_signatures_answer_a_rest_instances_body_with_the_same_classes(digi
     import tensorflow as tf
 
     summary = digits_run[1].summary
-    model = tf.saved_model.load(summary["pushed"]["path"])
+    model = tf.saved_model.load(summary.pushed.path)
     images, _ = _eval_images(summary)
     # What a client POSTs to TF Serving's REST :predict, decoded as the server would.
     body = json.loads(json.dumps({"instances": images[:16].tolist()}))
@@ -161,7 +162,7 @@ def test_pushed_model_carries_warmup_requests_that_run(digits_run):
     import tensorflow as tf
     from tensorflow_serving.apis import prediction_log_pb2
 
-    path = Path(digits_run[1].summary["pushed"]["path"])
+    path = Path(digits_run[1].summary.pushed.path)
     warmup = path / "assets.extra" / "tf_serving_warmup_requests"
     model = tf.saved_model.load(str(path))
     records = [prediction_log_pb2.PredictionLog.FromString(record.numpy())
@@ -175,15 +176,15 @@ def test_pushed_model_carries_warmup_requests_that_run(digits_run):
 
 
 def test_tflite_edge_variants_are_smaller_and_faithful(digits_run):
-    tflite = digits_run[1].summary["tflite"]
-    fp32 = tflite["fp32"]["bytes"]
-    assert tflite["fp16"]["bytes"] <= 0.52 * fp32 and tflite["fp16"]["agreement"] >= 0.995
+    tflite = digits_run[1].summary.tflite
+    fp32 = tflite["fp32"].bytes
+    assert tflite["fp16"].bytes <= 0.52 * fp32 and tflite["fp16"].agreement >= 0.995
     for variant in ("dynamic_int8", "int8"):
-        assert tflite[variant]["bytes"] <= 0.30 * fp32, variant
-        assert tflite[variant]["accuracy_delta"] >= -0.01, variant
+        assert tflite[variant].bytes <= 0.30 * fp32, variant
+        assert tflite[variant].accuracy_delta >= -0.01, variant
     for variant, report in tflite.items():
-        assert report["published"] is True, variant
-        assert report["latency_ms"] > 0 and Path(report["path"]).exists()
+        assert report.published is True, variant
+        assert report.latency_ms > 0 and Path(report.path).exists()
 
 
 @pytest.fixture(scope="session")
@@ -202,29 +203,29 @@ def test_accuracy_floor_not_met_reports_why_and_pushes_nothing(digits_run, unble
     strict = unblessed_runs[0]
     assert strict.returncode == 0, strict.stderr[-2000:]
     summary = strict.summary
-    assert summary["status"] == "completed"
-    assert summary["components"]["Trainer"]["status"] == "cached"
-    assert summary["eval"]["blessed"] is False
-    (reason,) = summary["eval"]["why_not_blessed"]
+    assert summary.status == "completed"
+    assert summary.components["Trainer"].status == "cached"
+    assert summary.eval.blessed is False
+    (reason,) = summary.eval.why_not_blessed
     assert "sparse_categorical_accuracy" in reason and "min_accuracy 0.999" in reason
-    assert f"{summary['eval']['accuracy']:.4f}" in reason
-    assert summary["pushed"] == {"pushed": False}
+    assert f"{summary.eval.accuracy:.4f}" in reason
+    assert summary.pushed.to_dict() == {"pushed": False}
     assert "NOT blessed" in strict.stderr
-    served = Path(digits_run[1].summary["pushed"]["path"]).parent
+    served = Path(digits_run[1].summary.pushed.path).parent
     assert sorted(p.name for p in served.iterdir()) == ["1"]
-    assert "not pushed" in summary["tflite"]["skipped"]
+    assert "not pushed" in summary.tflite["skipped"]
 
 
 def test_worse_model_is_not_blessed_against_the_blessed_one(digits_run, unblessed_runs):
     worse = unblessed_runs[1]
     assert worse.returncode == 0, worse.stderr[-2000:]
     summary = worse.summary
-    assert summary["components"]["Trainer"]["status"] == "completed"
-    evaluation = summary["eval"]
-    assert evaluation["blessed"] is False
-    assert evaluation["baseline_accuracy"] == digits_run[1].summary["eval"]["accuracy"]
-    assert any("against the latest blessed model" in why for why in evaluation["why_not_blessed"])
-    served = Path(digits_run[1].summary["pushed"]["path"]).parent
+    assert summary.components["Trainer"].status == "completed"
+    evaluation = summary.eval
+    assert evaluation.blessed is False
+    assert evaluation.baseline_accuracy == digits_run[1].summary.eval.accuracy
+    assert any("against the latest blessed model" in why for why in evaluation.why_not_blessed)
+    served = Path(digits_run[1].summary.pushed.path).parent
     assert sorted(p.name for p in served.iterdir()) == ["1"]
 
 
@@ -237,8 +238,8 @@ def test_mlflow_loads_the_champion_and_predicts_with_the_evaluators_accuracy(dig
 
     summary = digits_run[1].summary
     images, labels = _eval_images(summary)
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", summary["mlflow"]["tracking_uri"])
-    monkeypatch.setenv("MLFLOW_REGISTRY_URI", summary["mlflow"]["tracking_uri"])
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", summary.mlflow.tracking_uri)
+    monkeypatch.setenv("MLFLOW_REGISTRY_URI", summary.mlflow.tracking_uri)
     model = mlflow.pyfunc.load_model("models:/digits@champion")
     assert images.dtype == np.uint8
     predicted = model.predict(images)
@@ -246,6 +247,6 @@ def test_mlflow_loads_the_champion_and_predicts_with_the_evaluators_accuracy(dig
     np.testing.assert_allclose(predicted["probabilities"].sum(axis=1), 1.0, atol=1e-4)
     accuracy = float(np.mean(predicted["class_id"] == labels))
     # The Evaluator scored the same eval split through the same SavedModel (rounded to 4 places).
-    assert abs(accuracy - summary["eval"]["accuracy"]) <= 1e-4 + 0.5 / len(labels)
+    assert abs(accuracy - summary.eval.accuracy) <= 1e-4 + 0.5 / len(labels)
     signature = model.metadata.get_input_schema().inputs[0]
     assert signature.type == np.dtype(np.uint8) and signature.name == "images"

@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from pipelines.datasets import export_digits
+from tests.ports import free_port
 
 # Twelve pipeline runs (six killed, six recoveries): `make test-faults`, not `make test`,
 # which must stay within CI's time budget on a 2-core machine.
@@ -38,17 +39,11 @@ FAST = ["--set", "trainer.epochs=3", "--set", "trainer.batch_size=16",
         "--set", "tracking.required=true"]
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def mlflow_server(tmp_path_factory):
     """A real MLflow server; its whole storage is scanned for the password afterwards."""
     root = tmp_path_factory.mktemp("mlflow-server")
-    port = _free_port()
+    port = free_port()
     env = dict(os.environ, MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false")
     with open(root / "server.log", "ab") as log:
         process = subprocess.Popen(

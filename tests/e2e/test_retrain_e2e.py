@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from components.run_summary import RunSummary
 from pipelines.datasets import export_digits
 
 pytestmark = pytest.mark.e2e
@@ -84,10 +85,10 @@ def test_two_schedulers_one_trains_the_other_says_already_running(first_span):
 
 def test_first_span_trains_and_pushes_version_1(drops, first_span):
     _, _, workspace = drops
-    (summary,) = [json.loads(out) for _, out, _ in first_span if out.strip()]
-    assert summary["status"] == "completed" and summary["spans"] == [1]
-    assert summary["data"]["span"] == 1
-    assert summary["pushed"]["version"] == "1"
+    (summary,) = [RunSummary.parse(json.loads(out)) for _, out, _ in first_span if out.strip()]
+    assert summary.status == "completed" and summary.spans == [1]
+    assert summary.data.span == 1
+    assert summary.pushed.version == "1"
     assert _served(workspace) == ["1"]
     assert (workspace / "schema" / "mptfx-digits.pbtxt").exists()
 
@@ -116,9 +117,9 @@ def test_nothing_new_exits_0_and_runs_no_component(drops, no_new_data):
     assert code == 0, err[-2000:]
     assert "took over the lock" in err
     assert "no new data since span 1" in err
-    summary = json.loads(out)
-    assert summary["status"] == "skipped" and summary["reason"] == "no new data since span 1"
-    assert summary["components"] == {}
+    summary = RunSummary.parse(json.loads(out))
+    assert summary.status == "skipped" and summary.reason == "no new data since span 1"
+    assert summary.components == {}
     assert _executions(workspace) == executions_before
     assert _served(workspace) == ["1"]
 
@@ -136,16 +137,16 @@ def second_span(drops, no_new_data):
 def test_second_span_warm_starts_from_the_champion(drops, first_span, second_span):
     code, out, err = second_span
     assert code == 0, err[-2000:]
-    summary = json.loads(out)
-    assert summary["spans"] == [2]
-    champion = [json.loads(o) for _, o, _ in first_span if o.strip()][0]
-    assert summary["trainer"]["warm_started_from"].startswith(champion["trainer"]["model_uri"])
-    assert summary["trainer"]["initial_weights_checksum"] == \
-        champion["trainer"]["final_weights_checksum"]
+    summary = RunSummary.parse(json.loads(out))
+    assert summary.spans == [2]
+    champion = [RunSummary.parse(json.loads(o)) for _, o, _ in first_span if o.strip()][0]
+    assert summary.trainer.warm_started_from.startswith(champion.trainer.model_uri)
+    assert summary.trainer.initial_weights_checksum == \
+        champion.trainer.final_weights_checksum
     # Published only when blessed against the champion.
     _, _, workspace = drops
-    assert summary["eval"]["baseline_accuracy"] is not None
-    expected = ["1", "2"] if summary["eval"]["blessed"] else ["1"]
+    assert summary.eval.baseline_accuracy is not None
+    expected = ["1", "2"] if summary.eval.blessed else ["1"]
     assert _served(workspace) == expected
 
 
@@ -161,8 +162,8 @@ def test_span_with_an_unseen_class_stops_at_validation_and_changes_nothing(drops
     code = process.wait(timeout=900)
     out, err = process.communicate()
     assert code == 1, err[-2000:]
-    summary = json.loads(out)
-    assert summary["failed_component"] == "DataValidationGate"
-    assert "label_name" in summary["error"]
-    assert "Trainer" not in summary["components"]
+    summary = RunSummary.parse(json.loads(out))
+    assert summary.failed_component == "DataValidationGate"
+    assert "label_name" in summary.error
+    assert "Trainer" not in summary.components
     assert _served(workspace) == served_before

@@ -39,12 +39,12 @@ def workspace(mptfx, tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("serve-ws")
     first = mptfx("run", "--workspace", str(root), *TINY, "--json")
     assert first.returncode == 0, first.stderr[-3000:]
-    assert first.summary["pushed"] == {"pushed": True, "path": f"{root}/serving/digits/1",
-                                       "version": "1", "label": "stable"}
+    assert first.summary.pushed.to_dict() == {"pushed": True, "path": f"{root}/serving/digits/1",
+                                                 "version": "1", "label": "stable"}
     second = mptfx("run", "--workspace", str(root), *TINY, "--set", "trainer.seed=7",
                    "--set", "pusher.rollout=canary", "--json")
     assert second.returncode == 0, second.stderr[-3000:]
-    assert second.summary["pushed"]["label"] == "canary"
+    assert second.summary.pushed.label == "canary"
     return root
 
 

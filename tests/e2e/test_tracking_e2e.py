@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -24,6 +23,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+
+from tests.ports import free_port
 
 pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[2]
@@ -76,12 +77,6 @@ class Launched:
     def wait(self, timeout: float = 900) -> Result:
         returncode = self.process.wait(timeout=timeout)
         return Result(returncode, self.stdout_path.read_text(), self.stderr_path.read_text())
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def wait_for_http(url: str, process: subprocess.Popen, timeout: float = 240) -> None:

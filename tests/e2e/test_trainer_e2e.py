@@ -16,6 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from components.run_summary import RunSummary
+
 pytestmark = pytest.mark.e2e
 
 REPO = Path(__file__).resolve().parents[2]
@@ -36,7 +38,7 @@ WAVES = [("float32", "resnet50"), ("mixed_float16", "unet3d")]
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory) -> dict[str, dict]:
+def runs(tmp_path_factory) -> dict[str, RunSummary]:
     """name -> summary.json of each run (asserting it exited 0)."""
     workspaces = {}
     summaries = {}
@@ -55,14 +57,14 @@ def runs(tmp_path_factory) -> dict[str, dict]:
         for name, process in started.items():
             stdout, stderr = process.communicate(timeout=900)
             assert process.returncode == 0, f"{name}: {stderr[-3000:]}"
-            summaries[name] = json.loads(stdout)
+            summaries[name] = RunSummary.parse(json.loads(stdout), f"{name}'s --json output")
     return summaries
 
 
-def _assert_completed(summary: dict, components: set[str]) -> None:
-    assert summary["status"] == "completed"
-    assert set(summary["components"]) == components
-    for name, info in summary["components"].items():
+def _assert_completed(summary: RunSummary, components: set[str]) -> None:
+    assert summary.status == "completed"
+    assert set(summary.components) == components
+    for name, info in summary.components.items():
         assert info["status"] in ("completed", "cached"), name
 
 
@@ -75,12 +77,12 @@ def test_mixed_float16_is_within_two_points_of_float32(runs):
     float32, mixed = runs["float32"], runs["mixed_float16"]
     for summary in (float32, mixed):
         _assert_completed(summary, CLASSIFICATION)
-    assert float32["trainer"]["precision"] == "float32"
-    assert mixed["trainer"]["precision"] == "mixed_float16"
-    assert mixed["trainer"]["loss_scale"]["dynamic"] is True  # float16 is loss-scaled
-    assert float32["trainer"]["loss_scale"] is None
-    assert mixed["components"]["Ingest"]["status"] == "cached"
-    accuracy32, accuracy16 = float32["eval"]["accuracy"], mixed["eval"]["accuracy"]
+    assert float32.trainer.precision == "float32"
+    assert mixed.trainer.precision == "mixed_float16"
+    assert mixed.trainer.loss_scale["dynamic"] is True  # float16 is loss-scaled
+    assert float32.trainer.loss_scale is None
+    assert mixed.components["Ingest"].status == "cached"
+    accuracy32, accuracy16 = float32.eval.accuracy, mixed.eval.accuracy
     assert accuracy32 > 0.9
     assert abs(accuracy16 - accuracy32) <= 0.02, (accuracy16, accuracy32)
 
@@ -90,11 +92,11 @@ def test_resnet50_runs_end_to_end_on_the_resized_digits(runs):
 
     summary = runs["resnet50"]
     _assert_completed(summary, CLASSIFICATION)
-    trainer = summary["trainer"]
-    assert trainer["model"] == "resnet50" and trainer["input_size"] == [16, 16]
-    assert trainer["lint"] == "passed"
-    assert summary["eval"]["accuracy"] is not None  # TFMA evaluated its serving signature
-    served = tf.saved_model.load(os.path.join(trainer["model_uri"], "Format-Serving"))
+    trainer = summary.trainer
+    assert trainer.model == "resnet50" and trainer.input_size == [16, 16]
+    assert trainer.lint == "passed"
+    assert summary.eval.accuracy is not None  # TFMA evaluated its serving signature
+    served = tf.saved_model.load(os.path.join(trainer.model_uri, "Format-Serving"))
     digits = tf.zeros([2, 8, 8, 1], tf.uint8)  # stored 8x8; resized to 16x16 in the graph
     probabilities = served.signatures["predict_images"](images=digits)["probabilities"]
     np.testing.assert_allclose(probabilities.numpy().sum(axis=1), 1.0, rtol=1e-5)
@@ -106,18 +108,18 @@ def test_unet3d_segments_synthetic_volumes_gated_on_dice(runs):
 
     summary = runs["unet3d"]
     _assert_completed(summary, CLASSIFICATION - {"TFLite"})
-    trainer = summary["trainer"]
-    assert trainer["task"] == "segmentation" and trainer["input_shape"] == [16, 16, 16, 1]
-    assert trainer["dice"] >= summary["config"]["evaluator"]["min_dice"]
+    trainer = summary.trainer
+    assert trainer.task == "segmentation" and trainer.input_shape == [16, 16, 16, 1]
+    assert trainer.dice >= summary.config["evaluator"]["min_dice"]
     # The Evaluator computed Dice (not accuracy) over the eval voxels and blessed on it.
-    evaluation = summary["eval"]
+    evaluation = summary.eval
     metrics = {}
-    for slice_metrics in tfma.load_metrics(evaluation["evaluation_uri"]):
+    for slice_metrics in tfma.load_metrics(evaluation.evaluation_uri):
         if not slice_metrics.slice_key.single_slice_keys:
             for entry in slice_metrics.metric_keys_and_values:
                 metrics[entry.key.name] = entry.value.double_value.value
     assert "sparse_categorical_accuracy" not in metrics
     # The served float32 copy agrees with the Trainer's own (mixed-precision) validation Dice.
-    assert metrics["dice"] == pytest.approx(trainer["dice"], abs=0.02)
-    assert evaluation["blessed"] is True
-    assert summary["pushed"]["pushed"] is True
+    assert metrics["dice"] == pytest.approx(trainer.dice, abs=0.02)
+    assert evaluation.blessed is True
+    assert summary.pushed.pushed is True

@@ -45,15 +45,15 @@ def float16_run(mptfx, tmp_path_factory):
 
 
 def _assert_blessed_exported_and_converted(summary: dict, policy: str) -> None:
-    assert summary["status"] == "completed"
-    assert summary["trainer"]["precision"] == policy
-    assert summary["trainer"]["lint"] == "passed"
-    assert summary["eval"]["blessed"] is True and summary["eval"]["accuracy"] >= 0.9
-    assert summary["pushed"]["pushed"] is True
-    assert Path(summary["pushed"]["path"], "saved_model.pb").exists()
-    fp32 = summary["tflite"]["fp32"]
-    assert fp32["published"] is True and fp32["agreement"] >= 0.995
-    assert Path(fp32["path"]).stat().st_size > 0
+    assert summary.status == "completed"
+    assert summary.trainer.precision == policy
+    assert summary.trainer.lint == "passed"
+    assert summary.eval.blessed is True and summary.eval.accuracy >= 0.9
+    assert summary.pushed.pushed is True
+    assert Path(summary.pushed.path, "saved_model.pb").exists()
+    fp32 = summary.tflite["fp32"]
+    assert fp32.published is True and fp32.agreement >= 0.995
+    assert Path(fp32.path).stat().st_size > 0
 
 
 def test_custom_layer_model_trains_blessed_and_converts_under_bfloat16(bfloat16_run):
@@ -63,16 +63,16 @@ def test_custom_layer_model_trains_blessed_and_converts_under_bfloat16(bfloat16_
 def test_custom_layer_model_trains_blessed_and_converts_under_float16(float16_run):
     summary = float16_run[1].summary
     _assert_blessed_exported_and_converted(summary, "mixed_float16")
-    assert summary["trainer"]["loss_scale"]["dynamic"] is True  # float16 trains loss-scaled
+    assert summary.trainer.loss_scale["dynamic"] is True  # float16 trains loss-scaled
 
 
 def test_trainer_imported_the_staged_copy_of_the_file(bfloat16_run):
     workspace, result = bfloat16_run
-    trainer = result.summary["trainer"]
+    trainer = result.summary.trainer
     digest = hashlib.sha256(EXAMPLE.read_bytes()).hexdigest()
-    assert trainer["model_file"] == str(EXAMPLE)
-    assert trainer["model_file_sha256"] == digest
-    staged = Path(trainer["model_file_staged"])
+    assert trainer.model_file == str(EXAMPLE)
+    assert trainer.model_file_sha256 == digest
+    staged = Path(trainer.model_file_staged)
     assert staged == workspace / "tfx" / "mptfx-digits" / "user_models" / digest[:16] / \
         "my_model.py"
     assert staged.read_bytes() == EXAMPLE.read_bytes()
@@ -81,9 +81,9 @@ def test_trainer_imported_the_staged_copy_of_the_file(bfloat16_run):
 def test_mlflow_run_records_the_model_file_name_and_hash(bfloat16_run):
     import mlflow
 
-    recorded = bfloat16_run[1].summary["mlflow"]
-    client = mlflow.tracking.MlflowClient(recorded["tracking_uri"])
-    params = client.get_run(recorded["run_id"]).data.params
+    recorded = bfloat16_run[1].summary.mlflow
+    client = mlflow.tracking.MlflowClient(recorded.tracking_uri)
+    params = client.get_run(recorded.run_id).data.params
     assert params["model_file"] == "my_model.py"
     assert params["model_file_sha256"] == hashlib.sha256(EXAMPLE.read_bytes()).hexdigest()
 
@@ -92,7 +92,7 @@ def test_unchanged_model_file_reuses_the_cached_trainer(mptfx, bfloat16_run):
     workspace, _ = bfloat16_run
     again = _run(mptfx, workspace, f"model.module_file={EXAMPLE}",
                  "trainer.precision=mixed_bfloat16", "trainer.epochs=8")
-    assert again.summary["components"]["Trainer"]["status"] == "cached"
+    assert again.summary.components["Trainer"].status == "cached"
 
 
 def test_lstm_trains_with_its_recurrent_layers_in_float32(mptfx, tmp_path):
@@ -101,9 +101,9 @@ def test_lstm_trains_with_its_recurrent_layers_in_float32(mptfx, tmp_path):
                   "data.builtin_per_class=40",  # 400 digits: the dtypes are the point here
                   "trainer.recurrent_precision=float32", "trainer.epochs=2",
                   "tracking.register_model=false")
-    trainer = result.summary["trainer"]
-    assert trainer["precision"] == "mixed_float16"
-    assert trainer["recurrent_precision"] == "float32"
+    trainer = result.summary.trainer
+    assert trainer.precision == "mixed_float16"
+    assert trainer.recurrent_precision == "float32"
     # Read from the trained model's layers by the Trainer.
-    assert trainer["recurrent_layers"] == {"rows_lstm": "float32"}
+    assert trainer.recurrent_layers == {"rows_lstm": "float32"}
     assert "'rows_lstm' (LSTM) kept in float32 under mixed_float16" in result.stderr

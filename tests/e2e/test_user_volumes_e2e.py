@@ -62,11 +62,11 @@ def volumes_run(mptfx, tmp_path_factory):
 
 def test_user_volumes_train_the_unet_above_the_dice_floor(volumes_run):
     summary = volumes_run
-    assert summary["status"] == "completed"
-    trainer = summary["trainer"]
-    assert trainer["task"] == "segmentation" and trainer["input_shape"] == [16, 16, 16, 1]
-    assert trainer["dice"] >= 0.8
-    assert summary["eval"]["blessed"] is True and summary["pushed"]["pushed"] is True
+    assert summary.status == "completed"
+    trainer = summary.trainer
+    assert trainer.task == "segmentation" and trainer.input_shape == [16, 16, 16, 1]
+    assert trainer.dice >= 0.8
+    assert summary.eval.blessed is True and summary.pushed.pushed is True
 
 
 def test_broken_pairs_are_quarantined_with_their_reason(volumes_run):

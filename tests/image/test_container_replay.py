@@ -120,16 +120,17 @@ def test_the_image_replay_matches_the_local_runs_artifacts_and_blessing(replay, 
     for node, info in nodes.items():  # same outputs, node by node: keys and counts
         assert {k: len(v) for k, v in info["outputs"].items()} == \
             {k: len(v) for k, v in local_nodes[node]["outputs"].items()}, node
-    replayed = build_summary(nodes, {}, {})
-    assert replayed["data"]["images"] == local["data"]["images"] == 400
-    assert replayed["data"]["split_counts"] == local["data"]["split_counts"]
-    assert replayed["eval"]["blessed"] is local["eval"]["blessed"] is True
-    assert abs(replayed["eval"]["accuracy"] - local["eval"]["accuracy"]) < 0.1
-    assert replayed["pushed"]["pushed"] is local["pushed"]["pushed"] is True
-    assert replayed["pushed"]["version"] == local["pushed"]["version"] == "1"
-    assert Path(replayed["pushed"]["path"], "saved_model.pb").exists()
-    assert Path(replayed["pushed"]["path"]).is_relative_to(replay["workspace"])
-    assert replayed["tflite"]["fp32"]["published"]
+    replayed = build_summary(nodes, {}, {"status": "completed", "run_id": replay["run_id"],
+                                         "summary_path": "not written"})
+    assert replayed.data.images == local.data.images == 400
+    assert replayed.data.split_counts == local.data.split_counts
+    assert replayed.eval.blessed is local.eval.blessed is True
+    assert abs(replayed.eval.accuracy - local.eval.accuracy) < 0.1
+    assert replayed.pushed.pushed is local.pushed.pushed is True
+    assert replayed.pushed.version == local.pushed.version == "1"
+    assert Path(replayed.pushed.path, "saved_model.pb").exists()
+    assert Path(replayed.pushed.path).is_relative_to(replay["workspace"])
+    assert replayed.tflite["fp32"].published
     schemas = [Path(n["SchemaGen"]["outputs"]["schema"][0].uri, "schema.pbtxt").read_text()
                for n in (nodes, local_nodes)]
     assert schemas[0] == schemas[1]

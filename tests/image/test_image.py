@@ -7,7 +7,6 @@ from __future__ import annotations
 import argparse
 import ast
 import json
-import socket
 import sys
 import time
 import urllib.request
@@ -17,6 +16,9 @@ import pytest
 import yaml
 from containers import REPO, Container, buildah, container_env, empty_dir, pod_volume
 
+from components.run_summary import RunSummary
+from tests.ports import free_port
+
 FIRST_PARTY = {"pipelines", "components", "models", "benchmarks"}
 SECRETS = {("mptfx-postgres", "password"): "not-used-by-help"}
 # Where uid 10001 may write in the image: the pod's emptyDir and Debian's sticky scratch dirs.
@@ -24,12 +26,6 @@ SCRATCH = ("/tmp", "/var/tmp", "/run/lock", "/dev")
 # Directories the runtime itself touches at each start: /mnt gets the workspace's mount point,
 # /run buildah's run-time files (a kubelet does the same in a pod).
 RUNTIME_DIRS = ("/mnt", "/run")
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _driver_container() -> dict:
@@ -124,7 +120,7 @@ def test_the_node_entrypoint_is_the_default_command_and_starts(image: str,
 
 def test_the_mlflow_server_answers_health(container: Container, postgres, tmp_path):
     spec = _manifest_container("mlflow.yaml", "mlflow")
-    port = _free_port()
+    port = free_port()
     database = (f"postgresql://{postgres['user']}@{postgres['host']}:{postgres['port']}/"
                 f"{postgres['database']}")
     args = {arg.split("=", 1)[0]: arg.split("=", 1)[1] for arg in spec["args"]}
@@ -212,11 +208,12 @@ def digits_run(container: Container, tmp_path_factory):
 def test_mptfx_run_completes_in_the_image(digits_run):
     result = digits_run["result"]
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    summary = json.loads(result.stdout[result.stdout.index("{"):])
-    assert summary["status"] == "completed"
-    assert summary["data"]["images"] == 200
-    assert summary["pushed"]["pushed"] is True
-    pushed = Path(summary["pushed"]["path"].replace("/mnt/mptfx", str(digits_run["workspace"])))
+    summary = RunSummary.parse(json.loads(result.stdout[result.stdout.index("{"):]),
+                               "the container's mptfx run --json")
+    assert summary.status == "completed"
+    assert summary.data.images == 200
+    assert summary.pushed.pushed is True
+    pushed = Path(summary.pushed.path.replace("/mnt/mptfx", str(digits_run["workspace"])))
     assert (pushed / "saved_model.pb").exists()
 
 

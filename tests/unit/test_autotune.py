@@ -223,6 +223,7 @@ def test_the_trainer_measures_on_this_cpu_then_reuses_the_decision(
 
 
 def test_mlflow_gets_the_measured_table_and_the_probe_cost():
+    from components.run_summary import RunSummary
     from components.tracking import content
 
     trainer = {"precision": "float32", "batch_size_reason": "requested", "autotune": {
@@ -230,7 +231,8 @@ def test_mlflow_gets_the_measured_table_and_the_probe_cost():
         "probe_seconds": 2.5, "table": [
             {"precision": "float32", "xla": False, "images_per_sec": 900.0},
             {"precision": "mixed_bfloat16", "xla": False, "images_per_sec": None}]}}
-    summary = {"trainer": trainer}
+    summary = RunSummary.parse({"status": "completed", "run_id": "r1",
+                                "summary_path": "summary.json", "trainer": trainer})
     params = content.run_params(summary, {})
     assert params["autotune"] == "measured"
     assert params["autotune_candidates"] == "float32 xla off, mixed_bfloat16 xla off"

@@ -6,72 +6,17 @@ import csv
 import http.server
 import io
 import json
-import socket
 import threading
-from pathlib import Path
 
 import pytest
 
 from components.errors import UsageError
-from components.tracking import compare, content, registry, store, sweep
+from components.tracking import compare, content, registry, store
 from components.tracking.model_card import render_model_card
+from pipelines import sweep
 from pipelines.config import TrackingSection
-
-
-def closed_port() -> int:
-    """A port nothing listens on (bound once, then released)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def fake_summary(root: Path, *, blessed: bool = True, pushed: bool = True) -> dict:
-    """summary.json as `mptfx run` writes it, with the Trainer and Pusher folders on disk."""
-    model_uri = root / "tfx" / "Trainer" / "model" / "7"
-    (model_uri / "Format-Serving").mkdir(parents=True)
-    (model_uri / "Format-Serving" / "saved_model.pb").write_bytes(b"x" * 1000)
-    logs = root / "tfx" / "Trainer" / "model_run" / "7" / "logs"
-    logs.mkdir(parents=True)
-    (logs.parent / "training_summary.json").write_text(json.dumps({
-        "precision": "mixed_float16", "history": {
-            "loss": [2.0, 1.0, 0.5], "accuracy": [0.3, 0.6, 0.9],
-            "val_loss": [1.5, 0.9, 0.6], "val_accuracy": [0.4, 0.7, 0.85]},
-        "images_per_sec_per_epoch": [100.0, 250.0, 260.0],
-        "loss_scale_per_epoch": [32768.0, 16384.0, 16384.0],
-    }))
-    serving = root / "serving" / "digits" / "3"
-    serving.mkdir(parents=True)
-    (serving / "saved_model.pb").write_bytes(b"y" * 2500)
-    return {
-        "status": "completed", "run_id": "20260101-000000-abcd", "pipeline": "mptfx-digits",
-        "workspace": str(root), "data_root": str(root / "data"),
-        "summary_path": str(root / "runs" / "summary.json"), "log_path": "pipeline.log",
-        "config": {"trainer": {"precision": "auto", "xla": "auto", "epochs": 3},
-                   "evaluator": {"min_accuracy": 0.9, "max_regression": 0.01},
-                   "pusher": {"model_name": "digits"}, "data": {"source": "builtin:digits"}},
-        "components": {
-            "Trainer": {"status": "completed", "seconds": 12.5, "execution_id": 7},
-            "Evaluator": {"status": "completed", "seconds": 9.0, "execution_id": 8},
-            "Pusher": {"status": "completed", "seconds": 0.2, "execution_id": 9},
-        },
-        "data": {"images": 1797, "quarantined": 2, "split_counts": {"train": 1434, "eval": 363}},
-        "trainer": {
-            "model": "seed_cnn", "precision": "mixed_float16", "precision_reason": "GPU",
-            "strategy": "mirrored", "replicas": 2, "xla": True, "xla_reason": "GPU",
-            "epochs": 3, "batch_size": 64, "global_batch_size": 128, "learning_rate": 0.002,
-            "images_per_sec": 255.0, "input_size": [16, 16], "channels": 1,
-            "label_names": [str(d) for d in range(10)], "train_seconds": 8.0,
-            "model_uri": str(model_uri), "tensorboard_logs": str(logs),
-        },
-        "eval": {"blessed": blessed, "accuracy": 0.97, "recall_per_class": {"0": 1.0, "3": 0.9},
-                 **({} if blessed else {"why_not_blessed": ["accuracy below 0.99"]})},
-        "pushed": {"pushed": True, "path": str(serving), "version": "3"} if pushed
-        else {"pushed": False},
-        "tflite": {"fp32": {"bytes": 600000, "agreement": 1.0, "published": True},
-                   "int8": {"bytes": 160000, "agreement": 0.99, "published": True}},
-        "wall_seconds": 61.5,
-    }
-
+from tests.ports import free_port
+from tests.run_summaries import fake_summary
 
 # --- where runs are recorded -------------------------------------------------------------
 
@@ -93,7 +38,7 @@ def test_config_uri_wins_over_the_environment_and_environment_over_the_default(t
 
 
 def test_unreachable_server_falls_back_to_the_workspace_with_one_line_naming_host(tmp_path):
-    port = closed_port()
+    port = free_port()
     tracking = TrackingSection(uri=f"http://127.0.0.1:{port}", connect_timeout_seconds=2)
     resolved = store.resolve_store(tracking, "p", "m", tmp_path, {})
     assert resolved.is_fallback and resolved.uri == store.local_store_uri(tmp_path)
@@ -104,7 +49,7 @@ def test_unreachable_server_falls_back_to_the_workspace_with_one_line_naming_hos
 
 
 def test_required_unreachable_server_is_a_usage_error_naming_the_host(tmp_path):
-    port = closed_port()
+    port = free_port()
     tracking = TrackingSection(uri=f"http://user:secret@127.0.0.1:{port}", required=True,
                                connect_timeout_seconds=2)
     with pytest.raises(UsageError) as caught:
@@ -170,8 +115,9 @@ def test_params_hold_resolved_choices_and_every_config_key(tmp_path):
     assert params["batch_size_per_replica"] == "64" and params["learning_rate"] == "0.002"
     assert params["gradient_accumulation_steps"] == "1" and params["device"].startswith("CPU")
     summary = fake_summary(tmp_path / "accumulating")
-    summary["trainer"].update(grad_accum_steps=4, effective_batch_size=512,
-                              loss_scale={"dynamic": True, "initial": 32768, "final": 1024.0})
+    summary.trainer.grad_accum_steps = 4
+    summary.trainer.effective_batch_size = 512
+    summary.trainer.loss_scale = {"dynamic": True, "initial": 32768, "final": 1024.0}
     params = content.run_params(summary, {})
     assert params["gradient_accumulation_steps"] == "4"
     assert params["effective_batch_size"] == "512" and params["loss_scale_dynamic"] == "true"
@@ -198,7 +144,7 @@ def test_tags_link_the_tfx_run_mlmd_executions_versions_and_tensorboard(tmp_path
     assert tags["mlmd.execution_id.Trainer"] == "7" and tags["mlmd.execution_id.Pusher"] == "9"
     assert tags["mlflow.source.git.commit"] == "a" * 40
     assert tags["version.tfx"] == "1.16.0" and tags["version.tensorflow"] == "2.16.2"
-    assert tags["tensorboard_logs"] == summary["trainer"]["tensorboard_logs"]
+    assert tags["tensorboard_logs"] == summary.trainer.tensorboard_logs
 
 
 def test_git_commit_is_none_outside_a_repository(tmp_path):
@@ -222,7 +168,7 @@ def test_pushed_model_is_the_champion_and_an_unblessed_one_the_challenger(tmp_pa
     blessed_not_pushed = fake_summary(tmp_path / "c", pushed=False)
     assert registry.choose_candidate(blessed_not_pushed) is None
     cached = fake_summary(tmp_path / "d")
-    cached["components"]["Pusher"]["status"] = "cached"
+    cached.components["Pusher"].status = "cached"
     assert registry.choose_candidate(cached).decided_now is False
 
 

@@ -13,11 +13,13 @@ import time
 from pathlib import Path
 
 import pytest
-from test_tracking import closed_port, fake_summary  # tests/unit is on sys.path (rootdir)
 
 from components import tracking
+from components.run_summary import RunSummary
 from components.tracking.store import TrackingStore, local_store_uri, mlflow_client
 from components.tracking.sync import sync_workspace
+from tests.ports import free_port
+from tests.run_summaries import fake_summary
 
 
 def _store(workspace: Path, **changes) -> TrackingStore:
@@ -27,8 +29,8 @@ def _store(workspace: Path, **changes) -> TrackingStore:
     return TrackingStore(**settings)
 
 
-def _log(store: TrackingStore, summary: dict) -> tuple[dict, str]:
-    Path(summary["summary_path"]).parent.mkdir(parents=True, exist_ok=True)
+def _log(store: TrackingStore, summary: RunSummary) -> tuple[dict, str]:
+    Path(summary.summary_path).parent.mkdir(parents=True, exist_ok=True)
     out = io.StringIO()
     section = tracking.log_run(store, summary, out)
     return section, out.getvalue()
@@ -70,10 +72,10 @@ def test_run_is_recorded_with_params_epoch_metrics_artifacts_and_champion(
         workspace, champion_run):
     summary, section, printed = champion_run
     assert f"mlflow: run {section['run_id']}" in printed and "@champion" in printed
-    assert json.loads(Path(summary["summary_path"]).read_text())["mlflow"] == section
+    assert json.loads(Path(summary.summary_path).read_text())["mlflow"] == section
     client = mlflow_client(local_store_uri(workspace))
     run = client.get_run(section["run_id"])
-    assert run.info.status == "FINISHED" and run.info.run_name == summary["run_id"]
+    assert run.info.status == "FINISHED" and run.info.run_name == summary.run_id
     assert run.info.end_time - run.info.start_time >= 60_000  # spans the 61.5 s pipeline run
     assert run.data.params["precision"] == "mixed_float16"
     assert run.data.metrics["eval/accuracy"] == 0.97
@@ -91,8 +93,8 @@ def test_a_cached_rerun_points_at_the_same_version_without_moving_aliases(
         workspace, champion_run):
     client = mlflow_client(local_store_uri(workspace))
     summary = fake_summary(workspace / "rerun")
-    summary["trainer"]["model_uri"] = champion_run[0]["trainer"]["model_uri"]
-    summary["components"]["Pusher"]["status"] = "cached"
+    summary.trainer.model_uri = champion_run[0].trainer.model_uri
+    summary.components["Pusher"].status = "cached"
     section, printed = _log(_store(workspace), summary)
     assert section["registered_model"] == {**champion_run[1]["registered_model"], "alias": None}
     assert "serving_model" not in {a.path for a in client.list_artifacts(section["run_id"])}
@@ -107,7 +109,7 @@ def test_unblessed_model_is_challenger_until_it_is_pushed(workspace, champion_ru
     assert str(challenger.version) == section["registered_model"]["version"] == "2"
     assert str(client.get_model_version_by_alias("digits", "champion").version) == "1"
     pushed = fake_summary(workspace / "third")
-    pushed["trainer"]["model_uri"] = unblessed["trainer"]["model_uri"]  # same model, now pushed
+    pushed.trainer.model_uri = unblessed.trainer.model_uri  # same model, now pushed
     _log(_store(workspace), pushed)
     aliases = client.get_registered_model("digits").aliases
     assert {alias: str(version) for alias, version in aliases.items()} == {"champion": "2"}
@@ -120,7 +122,7 @@ def test_tracking_failure_never_fails_the_run(tmp_path):
     section, printed = _log(_store(blocked / "ws"), summary)
     assert section["error"].startswith("MLflow tracking failed")
     assert printed.count("warning") == 1
-    assert json.loads(Path(summary["summary_path"]).read_text())["mlflow"] == section
+    assert json.loads(Path(summary.summary_path).read_text())["mlflow"] == section
 
 
 def test_sync_copies_runs_recorded_while_the_server_was_down_exactly_once(tmp_path, new_store):
@@ -146,7 +148,7 @@ def test_sync_copies_runs_recorded_while_the_server_was_down_exactly_once(tmp_pa
 
 
 def test_sync_to_a_down_server_names_it_and_copies_nothing(tmp_path, new_store):
-    workspace, port = new_store(tmp_path / "ws"), closed_port()
+    workspace, port = new_store(tmp_path / "ws"), free_port()
     down = _store(workspace, requested_uri=f"http://127.0.0.1:{port}",
                   unreachable_reason="connection refused")
     _log(down, fake_summary(tmp_path / "run"))
@@ -167,10 +169,10 @@ def test_sync_to_a_down_server_names_it_and_copies_nothing(tmp_path, new_store):
     (["sweep", "--set", "trainer.precision"], "--set expects KEY=VALUE"),
     (["compare", "--last", "2", "abc"], "either RUN_IDs or --last N"),
 ])
-def test_commands_explain_what_is_missing_with_exit_2(mptfx, tmp_path, argv, named):
-    port = closed_port()
+def test_commands_explain_what_is_missing_with_exit_2(mptfx_here, tmp_path, argv, named):
+    port = free_port()
     values = {"tmp": str(tmp_path.resolve()), "port": port}
-    result = mptfx(*[arg.format(**values) for arg in argv], cwd=tmp_path)
+    result = mptfx_here(*[arg.format(**values) for arg in argv], cwd=tmp_path)
     assert result.returncode == 2, result.stderr
     assert named.format(**values) in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
@@ -178,18 +180,20 @@ def test_commands_explain_what_is_missing_with_exit_2(mptfx, tmp_path, argv, nam
 
 def test_a_failed_pipeline_run_is_recorded_as_failed_without_a_model(workspace):
     summary = fake_summary(workspace / "failed", pushed=False)
-    summary.update(status="failed", error="Trainer failed: out of memory", eval={},
-                   failed_component="Trainer")
+    summary = RunSummary.parse({**summary.to_dict(), "status": "failed", "eval": {},
+                                "error": "Trainer failed: out of memory",
+                                "failed_component": "Trainer"})
     section, _ = _log(_store(workspace), summary)
     run = mlflow_client(local_store_uri(workspace)).get_run(section["run_id"])
     assert run.info.status == "FAILED" and section["registered_model"] is None
     assert run.data.tags["mptfx.error"] == "Trainer failed: out of memory"
 
 
-def test_compare_last_n_picks_the_newest_runs_of_the_newest_experiment(mptfx, workspace):
+def test_compare_last_n_picks_the_newest_runs_of_the_newest_experiment(mptfx_here, workspace):
     older, _ = _log(_store(workspace), fake_summary(workspace / "compare-1"))
     newer, _ = _log(_store(workspace), fake_summary(workspace / "compare-2", blessed=False))
-    result = mptfx("compare", "--workspace", str(workspace), "--last", "2", "--format", "json")
+    result = mptfx_here("compare", "--workspace", str(workspace), "--last", "2",
+                        "--format", "json")
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
     assert [row["mlflow_run_id"] for row in data["runs"]] == [older["run_id"], newer["run_id"]]

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -24,6 +23,7 @@ from trainer_testdata import fn_args_dict, write_digits_examples
 
 from components.trainer import module
 from components.trainer.optimizer import LossScaleSettings
+from tests.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 WORKER = Path(__file__).resolve().parent / "trainer_testdata.py"
@@ -56,12 +56,6 @@ def _wait(process: subprocess.Popen, folder: Path, name: str, timeout: int = 600
 
 def _log_tail(folder: Path, name: str) -> str:
     return (folder / f"{name}.log").read_text()[-3000:]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _weights(path: str) -> list[np.ndarray]:
@@ -99,7 +93,7 @@ def test_mirrored_on_two_logical_cpus_matches_one_device_at_the_same_global_batc
 
 
 def test_two_workers_train_in_sync_and_only_the_chief_exports(examples_uri, tmp_path):
-    workers = [f"127.0.0.1:{_free_port()}", f"127.0.0.1:{_free_port()}"]
+    workers = [f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"]
     fields = fn_args_dict(examples_uri, str(tmp_path / "out"), strategy="auto", epochs=2,
                           batch_size=16)
     processes = []

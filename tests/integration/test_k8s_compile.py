@@ -83,7 +83,7 @@ def _ir_json(ir) -> str:
 
 
 def test_compile_writes_every_object_of_a_run_and_they_validate(tmp_path, capsys):
-    from test_k8s_manifests import validate
+    from tests.k8s_schemas import validate
 
     out = tmp_path / "out"
     code = cli.main(["k8s", "compile", "--out", str(out), "--run-id", "r2",
@@ -187,9 +187,8 @@ def test_multi_worker_needs_a_strategy_that_can_use_it(capsys):
 
 
 def _fake_cluster(monkeypatch, **script):
-    from test_k8s_runner import ScriptedCluster
-
     from pipelines import k8s_commands
+    from tests.k8s_double import ScriptedCluster
 
     cluster = ScriptedCluster(script=script, ticks=1)
     cluster.config_maps = []

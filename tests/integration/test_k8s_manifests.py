@@ -8,9 +8,7 @@ The checkers live in .venv-tools (`make tools`, part of `make test`).
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -19,35 +17,15 @@ import yaml
 from pipelines.config import load_config
 from pipelines.kubernetes.ir import NodePlan
 from pipelines.kubernetes.manifests import config_map, driver_job, node_objects
+from tests.k8s_schemas import run_tool, tool, validate
 
 REPO = Path(__file__).resolve().parents[2]
-TOOLS = Path(os.environ.get("MPTFX_TOOLS_VENV", REPO / ".venv-tools")) / "bin"
-K8S_VERSION = "1.30.0"
 OVERLAYS = ["gke", "eks", "generic"]
 PLAN = [
     NodePlan("Ingest", (), "cpu"),
     NodePlan("StatisticsGen", ("Ingest",), "cpu"),
     NodePlan("Trainer", ("Ingest", "StatisticsGen"), "gpu"),
 ]
-
-
-def _tool(name: str) -> str:
-    path = TOOLS / name
-    if not path.exists():
-        pytest.fail(f"{path} is missing: run `make tools` (part of `make test`)")
-    return str(path)
-
-
-def _run(*command: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PATH=f"{TOOLS}:{os.environ.get('PATH', '')}")
-    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=300)
-
-
-def validate(paths: list[Path]) -> subprocess.CompletedProcess:
-    """kubernetes-validate --strict against Kubernetes 1.30."""
-    return _run(_tool("kubernetes-validate"), "--strict", "-k", K8S_VERSION, "--quiet",
-                *map(str, paths))
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +35,7 @@ def rendered(tmp_path_factory) -> dict[str, list[dict]]:
     result = {}
     for name in ["base", *OVERLAYS]:
         source = REPO / "k8s" / ("base" if name == "base" else f"overlays/{name}")
-        built = _run(_tool("kubectl"), "kustomize", str(source))
+        built = run_tool(tool("kubectl"), "kustomize", str(source))
         assert built.returncode == 0, built.stderr
         (out / f"{name}.yaml").write_text(built.stdout)
         result[name] = [doc for doc in yaml.safe_load_all(built.stdout) if doc]
@@ -280,7 +258,7 @@ def test_overlays_change_only_gpu_nodes_storage_and_images(rendered, overlay, la
 
 
 def _checkov(*args: str) -> dict:
-    result = _run(_tool("checkov"), "--skip-download", "--compact", "-o", "json", *args)
+    result = run_tool(tool("checkov"), "--skip-download", "--compact", "-o", "json", *args)
     assert result.returncode in (0, 1), result.stderr[-2000:]
     reports = json.loads(result.stdout)
     return reports if isinstance(reports, list) else [reports]
@@ -304,7 +282,7 @@ def test_checkov_passes_on_k8s_and_the_dockerfile_with_every_skip_explained():
 
 
 def test_hadolint_passes_and_each_ignore_says_why():
-    result = _run(_tool("hadolint"), "Dockerfile")
+    result = run_tool(tool("hadolint"), "Dockerfile")
     assert result.returncode == 0, result.stdout + result.stderr
     lines = (REPO / "Dockerfile").read_text().splitlines()
     for index, line in enumerate(lines):

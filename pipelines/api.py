@@ -1,0 +1,246 @@
+"""Run the pipeline from Python, as `mptfx run` does, and get its summary back.
+
+    from pipelines.api import run_pipeline
+    summary = run_pipeline("configs/local.yaml", "workspace", overrides=["trainer.epochs=1"])
+    summary.status, summary.eval.blessed, summary.pushed_version, summary.trainer.precision
+
+`run_pipeline` holds the workspace lock, checks the workspace, the config and a user's model
+file before any component starts, runs the TFX pipeline in this process with the libraries'
+output in `runs/<run id>/pipeline.log`, writes summary.json and records the run in MLflow.
+`mptfx run` (`pipelines/run_command.py`), `mptfx retrain` and `mptfx sweep` call it.
+
+What it raises: UsageError (a bad config key, data folder, model file or workspace: one line
+naming it; exit 2 in the CLI), WorkspaceInUse (another run holds the workspace),
+RunInterrupted (Ctrl-C or SIGTERM during the run; its summary was written). A component
+that fails does not raise: the summary says `status: failed`, `failed_component` and
+`error`. An error outside the components propagates after its traceback went to the log.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+from components.errors import UsageError
+from components.redact import redact_text, redact_tree
+from components.run_summary import SUMMARY_FILE, RunSummary
+from pipelines.console import library_output_to, one_line, quiet_tensorflow
+from pipelines.data_source import resolve_data
+from pipelines.workspace import Workspace, new_run_id
+
+WORKSPACE_LOCK_FILE = "workspace.lock"
+LOG_FILE = "pipeline.log"
+
+
+@dataclass
+class RunPlan:
+    """What a command adds to a plain run: a reason to skip it before any component runs,
+    a schema to validate against, and a step after the summary is built."""
+
+    skip_reason: str | None = None
+    schema_file: str = ""
+    after_run: Callable[[RunSummary], None] | None = None
+
+
+Planner = Callable[[Any, Any, Any], RunPlan]
+
+
+class WorkspaceInUse(Exception):
+    """Another run holds the workspace lock (the message names the holder)."""
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """The run was interrupted; `summary` (status failed) was written before this was raised."""
+
+    def __init__(self, summary: RunSummary) -> None:
+        super().__init__("interrupted")
+        self.summary = summary
+
+
+def log_path_of(workspace: str | os.PathLike, run_id: str) -> Path:
+    """Where run `run_id` writes the libraries' output."""
+    return Workspace(Path(workspace).resolve()).run_dir(run_id) / LOG_FILE
+
+
+def run_pipeline(
+    config: Any = None,
+    workspace: str | os.PathLike = "workspace",
+    data: str | None = None,
+    *,
+    overrides: Sequence[str] = (),
+    planner: Planner | None = None,
+    run_id: str | None = None,
+    console_fd: int = 2,
+    command: str = "run",
+) -> RunSummary:
+    """Run the pipeline once in `workspace` and return its summary.
+
+    Args:
+        config: a YAML file (default `configs/local.yaml` when present) or a loaded Config.
+        workspace: the output folder (created when missing).
+        data: an image, TFRecord, volume or span folder; default the config's data.source.
+        overrides: `KEY=VALUE` overrides, as `--set` (only with a file or None).
+        planner: retrain's hook (see RunPlan).
+        run_id: the run's id (default a new one); its log is `log_path_of(workspace, run_id)`.
+        console_fd: where our own progress lines go (1 stdout, 2 stderr).
+        command: the command name used in our lines ("run", "retrain").
+    """
+    from pipelines.locking import RunLock
+
+    workspace_root = Path(workspace).resolve()
+    check_writable_workspace(workspace_root)
+    with RunLock(workspace_root / WORKSPACE_LOCK_FILE) as lock:
+        if not lock.acquired:
+            raise WorkspaceInUse(f"mptfx {command}: workspace {workspace_root} is in use by "
+                                 f"another run ({lock.describe_holder()}); nothing to do")
+        quiet_tensorflow()
+        run_id = run_id or new_run_id()
+        log_path = log_path_of(workspace_root, run_id)
+        started = time.monotonic()
+        with library_output_to(log_path, console_fd=console_fd) as out:
+            try:
+                summary, interrupted = _run(config, overrides, workspace_root, data, run_id,
+                                            log_path, started, out, planner, command)
+            except UsageError:
+                raise
+            except Exception:  # outside any component: the traceback goes to the log
+                logging.getLogger("mptfx").exception("mptfx %s %s stopped", command, run_id)
+                raise
+    if interrupted:
+        raise RunInterrupted(summary)
+    return summary
+
+
+def check_writable_workspace(workspace_root: Path) -> None:
+    """Create the workspace folder and prove it takes a file, else exit 2 naming it."""
+    try:
+        workspace_root.mkdir(parents=True, exist_ok=True)
+        probe = workspace_root / f".write-test-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as error:
+        raise UsageError(f"workspace {workspace_root} is not writable: "
+                         f"{error.strerror or error}") from None
+
+
+def check_model_file(config: Any, out: TextIO) -> None:
+    """Import `model.module_file` and build its model once under the resolved policy; a
+    refusal is a UsageError (exit 2) in one line, its traceback in the log."""
+    if not config.model.module_file:
+        return
+    from components.trainer.model_check import check_configured_model
+    from models.user_module import UserModelError
+
+    try:
+        notes = check_configured_model(config)
+    except UserModelError as error:
+        logging.getLogger("mptfx").error("model file check failed", exc_info=error)
+        raise UsageError(str(error)) from None
+    for note in notes:
+        print(f"mptfx: {note}", file=out)
+
+
+def _load(config: Any, overrides: Sequence[str]) -> Any:
+    from pipelines.config import Config, ConfigError, load_config
+
+    if isinstance(config, Config):
+        if overrides:
+            raise UsageError("run_pipeline: overrides apply to a config file, not a Config")
+        return config
+    try:
+        return load_config(config, list(overrides))
+    except ConfigError as error:
+        raise UsageError(str(error)) from None
+
+
+def _run(
+    config_source: Any,
+    overrides: Sequence[str],
+    workspace_root: Path,
+    data_arg: str | None,
+    run_id: str,
+    log_path: Path,
+    started: float,
+    out: TextIO,
+    planner: Planner | None,
+    command: str,
+) -> tuple[RunSummary, bool]:
+    """Build and run the pipeline; returns the written summary and whether it was
+    interrupted."""
+    config = _load(config_source, overrides)
+    workspace = Workspace(workspace_root)
+    check_model_file(config, out)  # before anything runs: a bad model file costs seconds
+    data = resolve_data(config, workspace, data_arg)
+    plan = planner(config, workspace, data) if planner else RunPlan()
+    run_dir = workspace.run_dir(run_id)
+    base = {
+        "status": "completed",
+        "run_id": run_id,
+        "pipeline": config.pipeline.name,
+        "workspace": str(workspace.root),
+        "data_root": data.root,
+        "spans": data.spans,
+        "summary_path": str(run_dir / SUMMARY_FILE),
+        "log_path": str(log_path),
+        # Redacted: summary.json, MLflow params and the model card all copy this.
+        "config": redact_tree(config.model_dump()),
+    }
+    if plan.skip_reason:
+        print(f"mptfx {command} {run_id}: {plan.skip_reason}; nothing to do", file=out)
+        summary = RunSummary.parse({
+            **base, "status": "skipped", "reason": plan.skip_reason, "components": {},
+            "wall_seconds": round(time.monotonic() - started, 2)})
+        summary.write()
+        return summary, False
+
+    from components import tracking
+
+    tracking_store = tracking.resolve_store(config, workspace.root, out)  # exit 2 if required
+    from components.ingest.errors import DataError
+    from models.user_module import UserModelError
+    from pipelines.local_runner import RunProgress, run_locally
+    from pipelines.pipeline import create_pipeline
+    from pipelines.summary import build_summary, collect_outputs
+
+    try:
+        pipeline = create_pipeline(config, workspace, data, schema_file=plan.schema_file)
+    except (UserModelError, DataError) as error:  # model file not staged; data fingerprint
+        raise UsageError(str(error)) from None
+    print(f"mptfx {command} {run_id}: {len(pipeline.components)} components, "
+          f"workspace {workspace.root}, log {log_path}", file=out)
+
+    def on_event(kind: str, timing: Any) -> None:
+        if kind == "start":
+            print(f"  > {timing.name} ...", file=out, flush=True)
+        else:
+            print(f"  < {timing.name} done in {timing.seconds:.1f} s", file=out, flush=True)
+
+    progress = RunProgress()
+    error: BaseException | None = None
+    try:
+        run_locally(pipeline, run_id, on_event, progress)
+    except KeyboardInterrupt:
+        error = KeyboardInterrupt("interrupted")
+    except Exception as failure:  # a component raised: report it, keep the summary
+        error = failure
+        logging.getLogger("mptfx").exception("component %s failed", progress.failed_component)
+
+    if error is not None:
+        base["status"] = "failed"
+        base["failed_component"] = progress.failed_component
+        base["error"] = (f"{progress.failed_component or 'pipeline'} failed: "
+                         f"{redact_text(one_line(error))}")
+    nodes = collect_outputs(pipeline.metadata_connection_config, config.pipeline.name, run_id)
+    timings = {name: t.seconds for name, t in progress.timings.items()}
+    summary = build_summary(nodes, timings, base, model_name=config.model.name)
+    summary.wall_seconds = round(time.monotonic() - started, 2)
+    if plan.after_run is not None and error is None:
+        plan.after_run(summary)
+    summary.write()
+    tracking.log_run(tracking_store, summary, out)  # sets summary.mlflow, rewrites the file
+    return summary, isinstance(error, KeyboardInterrupt)
