@@ -31,6 +31,7 @@ from typing import Any
 import keras
 
 from benchmarks.training import CellSpec, build_compiled_model, synthetic_batch, time_steps
+from components.examples_format import EVAL_SPLIT, TRAIN_SPLIT, split_pattern
 from components.ingest.ingest import ingest
 from components.trainer import data as data_lib
 from pipelines.datasets import export_digits
@@ -42,11 +43,11 @@ BEAM_ARGS = ["--direct_running_mode=in_memory", "--direct_num_workers=1"]
 
 def _ingested(data_root: str, examples_dir: str) -> dict[str, Any]:
     """Ingests `data_root` into `examples_dir` unless done before; describes the splits."""
-    if not glob.glob(os.path.join(examples_dir, "Split-train", "*.gz")):
+    train_files = [split_pattern(examples_dir, TRAIN_SPLIT)]
+    eval_files = [split_pattern(examples_dir, EVAL_SPLIT)]
+    if not glob.glob(train_files[0]):
         shutil.rmtree(examples_dir, ignore_errors=True)
         ingest(data_root, examples_dir, os.path.join(examples_dir, "quarantine.json"))
-    train_files = [os.path.join(examples_dir, "Split-train", "*")]
-    eval_files = [os.path.join(examples_dir, "Split-eval", "*")]
     return {
         "examples_dir": examples_dir,
         "train_files": train_files,
@@ -202,7 +203,7 @@ def ingest_vs_import_example_gen(data: dict[str, Any], out_dir: str) -> dict[str
     started = time.perf_counter()
     executor.Do({}, {standard_component_specs.EXAMPLES_KEY: [examples]}, exec_properties)
     import_seconds = time.perf_counter() - started
-    stock_records = data_lib.count_examples([os.path.join(examples.uri, "Split-*", "*")])
+    stock_records = data_lib.count_examples([split_pattern(examples.uri, "*")])
     return {
         "records": records,
         "files": len(os.listdir(source)),

@@ -39,6 +39,7 @@ from tfx import v1 as tfx
 
 from benchmarks.report import epoch_rates
 from benchmarks.training import build_compiled_model
+from components.examples_format import read_label_names
 from components.trainer import data as data_lib
 from components.trainer import module
 from components.trainer.callbacks import ThroughputCallback
@@ -144,7 +145,7 @@ def trainer_vs_fit(
     devices = describe_devices()
     policy, _ = resolve_precision_policy(precision, devices)
     xla_on, _ = resolve_xla(xla, devices)
-    label_names = data_lib.read_label_names(data["train_files"])
+    label_names = read_label_names(data["examples_dir"])
     channels, num_classes = data["channels"], len(label_names)
     arrays = (
         load_arrays(data["train_files"], input_size, channels),

@@ -29,8 +29,8 @@ import tensorflow as tf
 
 from benchmarks.overhead import load_arrays
 from benchmarks.training import build_compiled_model
+from components.examples_format import read_label_names
 from components.tflite import convert as convert_lib
-from components.trainer import data as data_lib
 from components.trainer import export as export_lib
 
 WARMUP_RUNS = 10
@@ -135,7 +135,7 @@ def compare_formats(
 ) -> list[dict[str, Any]]:
     """Trains, exports and converts the model; one row per format (JSON-able)."""
     channels = data["channels"]
-    label_names = data_lib.read_label_names(data["train_files"])
+    label_names = read_label_names(data["examples_dir"])
     x_train, y_train = load_arrays(data["train_files"], input_size, channels)
     x_eval, y_eval = load_arrays(data["eval_files"], input_size, channels)
     keras.utils.set_random_seed(42)

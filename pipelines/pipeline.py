@@ -13,6 +13,7 @@ import json
 import tensorflow_model_analysis as tfma
 from tfx import v1 as tfx
 
+from components.examples_format import EVAL_SPLIT, LABEL_KEY, MASK_KEY
 from components.ingest.component import ImageExampleGen
 from components.ingest.listing import compute_input_fingerprint
 from components.pusher.component import AtomicPusher
@@ -43,9 +44,7 @@ LOCAL_BEAM_ARGS = [
     "--allow_unsafe_triggers",
     "--requirements_file=/dev/null",
 ]
-LABEL_KEY = "label"
 PREDICTION_KEY = "probabilities"
-MASK_KEY = "mask"
 DICE_METRIC = "dice"
 
 
@@ -207,7 +206,7 @@ def create_pipeline(
         examples=ingest.outputs["examples"],
         model=trainer.outputs["model"],
         baseline_model=model_resolver.outputs["model"],
-        example_splits=["eval"],
+        example_splits=[EVAL_SPLIT],
         eval_config=build_eval_config(config),
     )
 

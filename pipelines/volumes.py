@@ -6,7 +6,7 @@ object's voxels. It stands in for the seed's medical-imaging example (organs in 
 volumes) at a size a CPU trains in seconds.
 
 The volumes are written as tf.Example TFRecords that the ingest reads unchanged (see
-`components/trainer/data.py`): `image` is a PNG of the D slices stacked vertically
+`components/examples_format.py`): `image` is a PNG of the D slices stacked vertically
 ([D*H, W], grayscale), `depth` is D, `mask` holds the D*H*W voxel labels (0/1, int64),
 plus `label`, `label_name` and `filename`.
 
@@ -25,6 +25,16 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+
+from components.examples_format import (
+    COMPRESSION,
+    DEPTH_KEY,
+    FILENAME_KEY,
+    IMAGE_KEY,
+    LABEL_KEY,
+    LABEL_NAME_KEY,
+    MASK_KEY,
+)
 
 DEFAULT_PER_CLASS = 100
 CLASS_NAMES = ("cube", "sphere")
@@ -92,17 +102,17 @@ def export_volumes(
     destination.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".volumes-", dir=destination.parent))
     depth, height, width = shape
-    with tf.io.TFRecordWriter(str(staging / RECORDS_FILE), options="GZIP") as writer:
+    with tf.io.TFRecordWriter(str(staging / RECORDS_FILE), options=COMPRESSION) as writer:
         for index, (volume, mask, label) in enumerate(zip(volumes, masks, labels, strict=True)):
             png = _png_bytes(Image.fromarray(volume.reshape(depth * height, width), mode="L"))
             name = CLASS_NAMES[int(label)]
             feature = {
-                "image": _bytes_feature(png),
-                "label": _int_feature([int(label)]),
-                "label_name": _bytes_feature(name.encode()),
-                "filename": _bytes_feature(f"{name}/volume_{index:04d}".encode()),
-                "depth": _int_feature([depth]),
-                "mask": _int_feature(mask.reshape(-1).astype(np.int64).tolist()),
+                IMAGE_KEY: _bytes_feature(png),
+                LABEL_KEY: _int_feature([int(label)]),
+                LABEL_NAME_KEY: _bytes_feature(name.encode()),
+                FILENAME_KEY: _bytes_feature(f"{name}/volume_{index:04d}".encode()),
+                DEPTH_KEY: _int_feature([depth]),
+                MASK_KEY: _int_feature(mask.reshape(-1).astype(np.int64).tolist()),
             }
             example = tf.train.Example(features=tf.train.Features(feature=feature))
             writer.write(example.SerializeToString())

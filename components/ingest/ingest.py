@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from components.examples_format import LABEL_NAMES_FIELD, labels_path
 from components.faults import fault_point
 from components.ingest.errors import DataError
 from components.ingest.headers import SizeLimits
@@ -29,7 +29,6 @@ from components.ingest.writer import SplitWriters, build_example, write_json
 
 logger = logging.getLogger(__name__)
 
-LABELS_FILE = "labels.json"
 QUARANTINE_FILE = "quarantine.json"
 _NAMED_IN_ERRORS = 3
 
@@ -127,7 +126,7 @@ def ingest(
         policy = replace(policy, channels=int(channels))
 
     counts, bad = _write_examples(source, policy, assign_split, examples_dir)
-    write_json(os.path.join(examples_dir, LABELS_FILE), {"label_names": source.label_names})
+    write_json(labels_path(examples_dir), {LABEL_NAMES_FIELD: source.label_names})
     report = _quarantine_report(len(source), bad, max_bad_fraction, source.ignored)
     report["split_counts"] = counts
     write_json(report_path, report)

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import tensorflow as tf
 from google.protobuf.message import DecodeError
 
+from components.examples_format import FILENAME_KEY, IMAGE_KEY, LABEL_KEY, LABEL_NAME_KEY
 from components.ingest.errors import DataError
 from components.ingest.headers import HeaderCheck, SizeLimits, check_bytes, check_file
 from components.ingest.listing import ImageListing
@@ -104,7 +105,8 @@ def _check_label_name(name: str, label: int, where: str) -> str:
 
 
 def _compression(path: str) -> str:
-    """ "GZIP" when the file starts with the gzip magic bytes, whatever its name says."""
+    """ "GZIP" when the file starts with the gzip magic bytes, whatever its name says (an
+    input file's compression: TF's name for gzip, not the Examples' own setting)."""
     with tf.io.gfile.GFile(path, "rb") as handle:
         return "GZIP" if handle.read(2) == b"\x1f\x8b" else ""
 
@@ -119,12 +121,12 @@ def _single_bytes(example: tf.train.Example, name: str) -> bytes | None:
 
 def _check_record(example: tf.train.Example) -> str | None:
     """The reason a parsed record cannot be used, or None."""
-    if _single_bytes(example, "image") is None:
-        return "missing required feature 'image' (one bytes value)"
-    label = example.features.feature.get("label")
+    if _single_bytes(example, IMAGE_KEY) is None:
+        return f"missing required feature '{IMAGE_KEY}' (one bytes value)"
+    label = example.features.feature.get(LABEL_KEY)
     is_int64 = label is not None and label.WhichOneof("kind") == "int64_list"
     if not is_int64 or len(label.int64_list.value) != 1:
-        return "missing required feature 'label' (one int64 value)"
+        return f"missing required feature '{LABEL_KEY}' (one int64 value)"
     if not 0 <= label.int64_list.value[0] <= MAX_LABEL:
         return f"label must be in [0, {MAX_LABEL}]. Received: {label.int64_list.value[0]}"
     return None
@@ -173,9 +175,9 @@ class TFRecordSource:
             if example is None or _check_record(example) is not None:
                 self._headers.append(HeaderCheck())
                 continue  # quarantined later, with its reason
-            self._headers.append(check_bytes(_single_bytes(example, "image"), self._limits))
-            label = example.features.feature["label"].int64_list.value[0]
-            name = _single_bytes(example, "label_name")
+            self._headers.append(check_bytes(_single_bytes(example, IMAGE_KEY), self._limits))
+            label = example.features.feature[LABEL_KEY].int64_list.value[0]
+            name = _single_bytes(example, LABEL_NAME_KEY)
             name = name.decode("utf-8", "replace") if name is not None else None
             if name is not None:
                 _check_label_name(name, label, f"record {position} of {path}")
@@ -215,8 +217,8 @@ class TFRecordSource:
         records = functools.reduce(lambda first, second: first.concatenate(second), datasets)
 
         def image_bytes(index: tf.Tensor, record: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-            spec = {"image": tf.io.FixedLenFeature([], tf.string, default_value="")}
-            return index, tf.io.parse_single_example(record, spec)["image"]
+            spec = {IMAGE_KEY: tf.io.FixedLenFeature([], tf.string, default_value="")}
+            return index, tf.io.parse_single_example(record, spec)[IMAGE_KEY]
 
         skip = [bool(header.problem) for header in self._headers]
         return skip_indices(records.enumerate(), skip).map(
@@ -235,10 +237,10 @@ class TFRecordSource:
                 yield SourceItem(where, record, where, problem="not a serialized tf.train.Example")
                 continue
             problem = _check_record(example) or self._headers[index].problem
-            filename = _single_bytes(example, "filename")
+            filename = _single_bytes(example, FILENAME_KEY)
             filename = filename.decode("utf-8", "replace") if filename is not None else None
             label = -1 if _check_record(example) else \
-                example.features.feature["label"].int64_list.value[0]
+                example.features.feature[LABEL_KEY].int64_list.value[0]
             yield SourceItem(
                 path=filename or where,
                 split_key=filename if filename is not None else record,
@@ -251,5 +253,5 @@ class TFRecordSource:
 
     def describe_failure(self, item: SourceItem, policy: ImagePolicy) -> str:
         """Why the `image` of `item` did not decode."""
-        data = _single_bytes(item.example, "image") if item.example is not None else None
+        data = _single_bytes(item.example, IMAGE_KEY) if item.example is not None else None
         return describe_decode_failure(data or b"", policy)

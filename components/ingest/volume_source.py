@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 import tensorflow as tf
 
+from components.examples_format import DEPTH_KEY, LABEL_KEY, MASK_KEY
 from components.ingest.errors import DataError
 from components.ingest.headers import SizeLimits, size_problem
 from components.ingest.reader import ImagePolicy
@@ -159,7 +160,7 @@ class VolumeSource:
             relative = f"{name}/{file_name}"
             problem, example, png = self._read_pair(files, file_name, stem, suffix)
             if example is not None:
-                _set_int(example, "label", [label])
+                _set_int(example, LABEL_KEY, [label])
             yield SourceItem(path=relative, split_key=relative, filename=relative,
                              label=label, label_name=name, problem=problem,
                              example=example), png
@@ -189,8 +190,8 @@ class VolumeSource:
         depth, height, width = volume.shape
         mask = (mask.reshape(volume.shape) != 0).astype(np.int64)
         example = tf.train.Example()
-        _set_int(example, "depth", [depth])
-        _set_int(example, "mask", mask.reshape(-1).tolist())
+        _set_int(example, DEPTH_KEY, [depth])
+        _set_int(example, MASK_KEY, mask.reshape(-1).tolist())
         return None, example, _png(_to_uint8(volume).reshape(depth * height, width))
 
     def __len__(self) -> int:

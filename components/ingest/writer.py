@@ -1,4 +1,5 @@
-"""Write the Examples layout TFX's own ExampleGen writes, plus labels.json and quarantine.json."""
+"""Write the Examples layout TFX's own ExampleGen writes (components/examples_format.py),
+plus labels.json and quarantine.json."""
 
 from __future__ import annotations
 
@@ -9,14 +10,18 @@ from types import TracebackType
 
 import tensorflow as tf
 
+from components.examples_format import (
+    CHANNELS_KEY,
+    COMPRESSION,
+    FILENAME_KEY,
+    HEIGHT_KEY,
+    IMAGE_KEY,
+    LABEL_KEY,
+    LABEL_NAME_KEY,
+    WIDTH_KEY,
+    shard_path,
+)
 from components.ingest.reader import DecodedImage
-
-SHARD_NAME = "data_tfrecord-00000-of-00001.gz"
-
-
-def split_dir(examples_dir: str, split: str) -> str:
-    """`<examples_dir>/Split-<split>`, the folder TFX readers look in."""
-    return os.path.join(examples_dir, f"Split-{split}")
 
 
 def _set_bytes(example: tf.train.Example, name: str, value: bytes) -> None:
@@ -42,13 +47,13 @@ def build_example(
     example = tf.train.Example()
     if base is not None:
         example.CopyFrom(base)
-    _set_bytes(example, "image", image.png)
-    _set_int(example, "label", label)
-    _set_bytes(example, "label_name", label_name.encode("utf-8"))
-    _set_int(example, "height", image.height)
-    _set_int(example, "width", image.width)
-    _set_int(example, "channels", image.channels)
-    _set_bytes(example, "filename", filename.encode("utf-8"))
+    _set_bytes(example, IMAGE_KEY, image.png)
+    _set_int(example, LABEL_KEY, label)
+    _set_bytes(example, LABEL_NAME_KEY, label_name.encode("utf-8"))
+    _set_int(example, HEIGHT_KEY, image.height)
+    _set_int(example, WIDTH_KEY, image.width)
+    _set_int(example, CHANNELS_KEY, image.channels)
+    _set_bytes(example, FILENAME_KEY, filename.encode("utf-8"))
     return example
 
 
@@ -61,15 +66,13 @@ class SplitWriters:
 
     def __init__(self, examples_dir: str, split_names: Iterable[str]):
         self.counts = {name: 0 for name in split_names}
-        self._paths = {
-            name: os.path.join(split_dir(examples_dir, name), SHARD_NAME) for name in self.counts
-        }
+        self._paths = {name: shard_path(examples_dir, name) for name in self.counts}
         self._writers: dict[str, tf.io.TFRecordWriter] = {}
 
     def __enter__(self) -> SplitWriters:
         for name, path in self._paths.items():
             tf.io.gfile.makedirs(os.path.dirname(path))
-            self._writers[name] = tf.io.TFRecordWriter(path, options="GZIP")
+            self._writers[name] = tf.io.TFRecordWriter(path, options=COMPRESSION)
         return self
 
     def write(self, split: str, example: tf.train.Example) -> None:

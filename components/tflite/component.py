@@ -33,6 +33,7 @@ from tfx.dsl.component.experimental.decorators import component
 from tfx.types import artifact, standard_artifacts
 from tfx.utils import path_utils
 
+from components.examples_format import EVAL_SPLIT, TRAIN_SPLIT, read_label_names
 from components.faults import fault_point
 from components.tflite.convert import (
     SIGNATURE_KEY,
@@ -41,13 +42,11 @@ from components.tflite.convert import (
     read_signature_input,
     reduced_precision_dtypes,
 )
-from components.tflite.data import load_split_images, read_label_names
+from components.tflite.data import load_split_images
 from components.tflite.parity import check_parity
 from components.tflite.publish import commit_version, new_staging_dir, prune_versions
 from components.trainer.export import FLOAT32_DIR, float32_model_dir
 
-EVAL_SPLIT = "eval"
-TRAIN_SPLIT = "train"
 NOT_PUSHED_REASON = "model not pushed (not blessed)"
 
 

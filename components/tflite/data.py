@@ -1,8 +1,6 @@
-"""Read images and label names from the ingest `Examples` artifact.
-
-The layout is the one in docs/INTERFACES.md ("Ingest output"): GZIP TFRecords of
-`tf.train.Example` under `<uri>/Split-<split>/` with a PNG `image` and an int64 `label`,
-and `<uri>/labels.json`.
+"""Read images from the ingest `Examples` artifact, laid out as
+`components/examples_format.py` says (docs/INTERFACES.md, "Ingest output"); the label
+names are its `read_label_names`.
 
 Example:
 
@@ -11,16 +9,16 @@ Example:
 
 from __future__ import annotations
 
-import json
-import os
-
 import numpy as np
 import tensorflow as tf
 
-_FEATURES = {
-    "image": tf.io.FixedLenFeature([], tf.string),
-    "label": tf.io.FixedLenFeature([], tf.int64),
-}
+from components.examples_format import (
+    COMPRESSION,
+    IMAGE_KEY,
+    LABEL_KEY,
+    parse_spec,
+    split_pattern,
+)
 
 
 def split_files(examples_uri: str, split: str) -> list[str]:
@@ -29,7 +27,7 @@ def split_files(examples_uri: str, split: str) -> list[str]:
     Raises:
         FileNotFoundError: when the split folder holds no `*.gz` file.
     """
-    pattern = os.path.join(examples_uri, f"Split-{split}", "*.gz")
+    pattern = split_pattern(examples_uri, split)
     files = sorted(tf.io.gfile.glob(pattern))
     if not files:
         raise FileNotFoundError(f"No TFRecord files match {pattern!r} (split {split!r}).")
@@ -63,17 +61,18 @@ def load_split_images(
         ValueError: when the split has no examples.
     """
     height, width = input_size
+    spec = parse_spec()
 
     def decode(serialized: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-        example = tf.io.parse_single_example(serialized, _FEATURES)
-        image = tf.io.decode_png(example["image"], channels=channels)
+        example = tf.io.parse_single_example(serialized, spec)
+        image = tf.io.decode_png(example[IMAGE_KEY], channels=channels)
         image = tf.cast(image, tf.float32) / 255.0
         image = tf.image.resize(image, (height, width), method="bilinear")
         # Bilinear resizing stays within the input range except for float round-off.
-        return tf.clip_by_value(image, 0.0, 1.0), example["label"]
+        return tf.clip_by_value(image, 0.0, 1.0), example[LABEL_KEY]
 
     files = split_files(examples_uri, split)
-    dataset = tf.data.TFRecordDataset(files, compression_type="GZIP")
+    dataset = tf.data.TFRecordDataset(files, compression_type=COMPRESSION)
     if limit:
         dataset = dataset.take(limit)
     dataset = dataset.map(decode, num_parallel_calls=tf.data.AUTOTUNE).batch(256)
@@ -84,23 +83,3 @@ def load_split_images(
     if not image_batches:
         raise ValueError(f"Split {split!r} of {examples_uri!r} has no examples in {files}.")
     return np.concatenate(image_batches), np.concatenate(label_batches).astype(np.int64)
-
-
-def read_label_names(examples_uri: str) -> list[str]:
-    """Reads the class names, in label index order, from `<examples_uri>/labels.json`.
-
-    Raises:
-        FileNotFoundError: when labels.json is missing.
-        ValueError: when it has no `label_names` list of strings.
-    """
-    path = os.path.join(examples_uri, "labels.json")
-    if not tf.io.gfile.exists(path):
-        raise FileNotFoundError(f"Label names file {path!r} does not exist.")
-    with tf.io.gfile.GFile(path) as f:
-        content = json.load(f)
-    names = content.get("label_names") if isinstance(content, dict) else None
-    if not isinstance(names, list) or not all(isinstance(name, str) for name in names):
-        raise ValueError(
-            f'{path!r} must hold {{"label_names": [str, ...]}}; received {content!r:.200}.'
-        )
-    return names

@@ -15,30 +15,26 @@ Example:
 
 from __future__ import annotations
 
-import json
-import os
 from collections.abc import Callable, Sequence
 
 import tensorflow as tf
 
+from components.examples_format import (
+    CHANNELS_KEY,
+    COMPRESSION,
+    DEPTH_KEY,
+    HEIGHT_KEY,
+    IMAGE_KEY,
+    LABEL_KEY,
+    MASK_KEY,
+    WIDTH_KEY,
+    parse_spec,
+)
+
 # Decoded examples are kept in memory when they take at most this much (trainer.cache_max_mb).
 from components.trainer.config import DEFAULT_CACHE_MAX_MB
 
-IMAGE_KEY = "image"
-LABEL_KEY = "label"
-CHANNELS_KEY = "channels"
-HEIGHT_KEY = "height"
-WIDTH_KEY = "width"
-DEPTH_KEY = "depth"
-MASK_KEY = "mask"
-LABELS_FILE = "labels.json"
-TRAIN_SPLIT_DIR = "Split-train"
-COMPRESSION = "GZIP"
 _SHUFFLE_BUFFER = 10_000  # examples; the digits set fits whole
-_FEATURE_SPEC = {
-    IMAGE_KEY: tf.io.FixedLenFeature([], tf.string),
-    LABEL_KEY: tf.io.FixedLenFeature([], tf.int64),
-}
 
 
 def list_files(file_patterns: Sequence[str]) -> list[str]:
@@ -51,40 +47,6 @@ def list_files(file_patterns: Sequence[str]) -> list[str]:
     if not files:
         raise ValueError(f"No files match. Received: file_patterns={list(file_patterns)}")
     return files
-
-
-def read_label_names(train_files: Sequence[str]) -> list[str]:
-    """Reads `label_names` from labels.json beside the `Split-train` folder.
-
-    Args:
-        train_files: `fn_args.train_files`; the first pattern must lie inside a
-            `Split-train` folder, e.g. `<examples_uri>/Split-train/*`.
-
-    Raises:
-        ValueError: if no `Split-train` folder is on the path or labels.json is missing
-            or malformed.
-    """
-    pattern = train_files[0] if train_files else ""
-    folder = pattern
-    while os.path.basename(folder) != TRAIN_SPLIT_DIR:
-        parent = os.path.dirname(folder)
-        if parent == folder:
-            raise ValueError(
-                f"No {TRAIN_SPLIT_DIR} folder in the first train file pattern. "
-                f"Received: train_files={list(train_files)}"
-            )
-        folder = parent
-    path = os.path.join(os.path.dirname(folder), LABELS_FILE)
-    if not tf.io.gfile.exists(path):
-        raise ValueError(f"labels.json not found. Received: path={path}")
-    with tf.io.gfile.GFile(path) as f:
-        label_names = json.load(f).get("label_names")
-    if not isinstance(label_names, list) or len(label_names) < 2:
-        raise ValueError(
-            f"labels.json needs 'label_names' with at least 2 names. "
-            f"Received: label_names={label_names!r} in {path}"
-        )
-    return [str(name) for name in label_names]
 
 
 def read_channels(file_patterns: Sequence[str]) -> int:
@@ -182,9 +144,10 @@ def make_dataset(
     """
     if channels not in (1, 3, 4):
         raise ValueError(f"channels must be 1, 3 or 4. Received: channels={channels}")
+    spec = parse_spec()
 
     def parse(serialized: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-        features = tf.io.parse_single_example(serialized, _FEATURE_SPEC)
+        features = tf.io.parse_single_example(serialized, spec)
         image = decode_image(features[IMAGE_KEY], channels)
         return preprocess_images(image, input_size), features[LABEL_KEY]
 
@@ -207,10 +170,7 @@ def make_volume_dataset(
     """Returns batches of (float32 volumes [b, D, H, W, C] in [0, 1], float32 masks
     [b, D, H, W, 1] of 0/1); the other arguments are those of `make_dataset`."""
     depth, height, width = (int(d) for d in volume_shape)
-    spec = {
-        IMAGE_KEY: tf.io.FixedLenFeature([], tf.string),
-        MASK_KEY: tf.io.FixedLenFeature([depth * height * width], tf.int64),
-    }
+    spec = parse_spec(label=False, mask_voxels=depth * height * width)
 
     def parse(serialized: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         features = tf.io.parse_single_example(serialized, spec)

@@ -32,6 +32,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from components.examples_format import IMAGE_KEY, parse_spec
 from components.trainer import data as data_lib
 from components.trainer.config import SERVING_PRECISIONS
 from components.trainer.warmup import blank_example, write_warmup_requests
@@ -239,14 +240,12 @@ class _ServingFunctions:
         }
 
     def serve_examples(self, examples: tf.Tensor) -> dict[str, tf.Tensor]:
-        features = tf.io.parse_example(
-            examples, {data_lib.IMAGE_KEY: tf.io.FixedLenFeature([], tf.string)}
-        )
+        features = tf.io.parse_example(examples, parse_spec(label=False))
         images = tf.map_fn(
             lambda encoded: data_lib.preprocess_images(
                 data_lib.decode_image(encoded, self._channels), self._input_size
             ),
-            features[data_lib.IMAGE_KEY],
+            features[IMAGE_KEY],
             fn_output_signature=tf.TensorSpec([*self._input_size, self._channels], tf.float32),
         )
         return self._classify(images)
@@ -295,14 +294,12 @@ class _SegmentationServingFunctions:
 
     def serve_examples(self, examples: tf.Tensor) -> dict[str, tf.Tensor]:
         depth, height, width, channels = self._shape
-        features = tf.io.parse_example(
-            examples, {data_lib.IMAGE_KEY: tf.io.FixedLenFeature([], tf.string)}
-        )
+        features = tf.io.parse_example(examples, parse_spec(label=False))
         volumes = tf.map_fn(
             lambda encoded: data_lib.preprocess_volumes(
                 data_lib.decode_image(encoded, channels), depth
             ),
-            features[data_lib.IMAGE_KEY],
+            features[IMAGE_KEY],
             fn_output_signature=tf.TensorSpec(list(self._shape), tf.float32),
         )
         outputs = self._segment(volumes)

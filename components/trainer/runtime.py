@@ -17,6 +17,7 @@ from typing import Any
 import tensorflow as tf
 from absl import logging
 
+from components.examples_format import examples_uri_of, read_label_names
 from components.trainer import data as data_lib
 from components.trainer import strategy as strategy_lib
 from components.trainer.config import DataSection, StagedModelSection, TrainerSection
@@ -132,7 +133,7 @@ def resolve_task(
     if model.module_file:
         logging.info("Trainer: model %s imported from %s", model_name, model.module_file)
     task = model_task(model_name)
-    label_names = data_lib.read_label_names(train_files)
+    label_names = read_label_names(examples_uri_of(train_files))
     channels = resolve_channels(data.channels, train_files)
     input_size = list(model.input_size)
     if task == CLASSIFICATION:

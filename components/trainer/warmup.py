@@ -22,6 +22,8 @@ import numpy as np
 import tensorflow as tf
 from tensorflow_serving.apis import model_pb2, predict_pb2, prediction_log_pb2
 
+from components.examples_format import IMAGE_KEY
+
 WARMUP_FILE = os.path.join("assets.extra", "tf_serving_warmup_requests")
 
 
@@ -41,7 +43,7 @@ def blank_example(image_shape: tuple[int, int, int]) -> bytes:
     volume's D slices are stacked vertically: [D*H, W, C], as the ingest stores them)."""
     png = tf.io.encode_png(np.zeros(image_shape, dtype=np.uint8)).numpy()
     return tf.train.Example(features=tf.train.Features(feature={
-        "image": tf.train.Feature(bytes_list=tf.train.BytesList(value=[png])),
+        IMAGE_KEY: tf.train.Feature(bytes_list=tf.train.BytesList(value=[png])),
     })).SerializeToString()
 
 

@@ -23,6 +23,17 @@ import tensorflow as tf
 from sklearn.datasets import load_digits
 from tfx.types import standard_artifacts
 
+from components.examples_format import (
+    COMPRESSION,
+    EVAL_SPLIT,
+    LABEL_NAMES_FIELD,
+    TRAIN_SPLIT,
+    labels_path,
+    read_label_names,
+    split_dir,
+)
+from components.ingest.reader import DecodedImage
+from components.ingest.writer import SplitWriters, build_example
 from components.tflite.component import (
     NOT_PUSHED_REASON,
     TFLiteExport,
@@ -31,7 +42,7 @@ from components.tflite.component import (
     pushed_version,
 )
 from components.tflite.convert import VARIANTS, convert, read_signature_input
-from components.tflite.data import load_split_images, read_label_names
+from components.tflite.data import load_split_images
 from components.tflite.parity import check_parity, gate
 
 INPUT_SIZE = (16, 16)
@@ -52,43 +63,27 @@ class DigitsModel:
     eval_labels: np.ndarray
 
 
-def _example(png: bytes, label: int) -> bytes:
-    """A serialized tf.Example with the ingest contract's features."""
-
-    def int_feature(value: int) -> tf.train.Feature:
-        return tf.train.Feature(int64_list=tf.train.Int64List(value=[value]))
-
-    def bytes_feature(value: bytes) -> tf.train.Feature:
-        return tf.train.Feature(bytes_list=tf.train.BytesList(value=[value]))
-
-    features = {
-        "image": bytes_feature(png),
-        "label": int_feature(label),
-        "label_name": bytes_feature(str(label).encode()),
-        "height": int_feature(8),
-        "width": int_feature(8),
-        "channels": int_feature(1),
-        "filename": bytes_feature(f"{label}/img.png".encode()),
-    }
-    example = tf.train.Example(features=tf.train.Features(feature=features))
-    return example.SerializeToString()
+def _example(image: np.ndarray, label: int) -> tf.train.Example:
+    """The Ingest writer's tf.Example of one uint8 `[h, w, c]` image."""
+    png = tf.io.encode_png(image).numpy()
+    return build_example(DecodedImage(0, png, *image.shape), label, str(label), f"{label}/img.png")
 
 
 def _write_examples(examples_uri: Path, images: np.ndarray, labels: np.ndarray) -> None:
     """Writes uint8 `[N, 8, 8, 1]` images as an ingest-style Examples artifact."""
     order = np.random.default_rng(0).permutation(len(images))
-    splits = {"eval": order[:EVAL_COUNT], "train": order[EVAL_COUNT:]}
+    splits = {EVAL_SPLIT: order[:EVAL_COUNT], TRAIN_SPLIT: order[EVAL_COUNT:]}
     for split, indices in splits.items():
-        split_dir = examples_uri / f"Split-{split}"
-        split_dir.mkdir(parents=True)
+        folder = Path(split_dir(str(examples_uri), split))
+        folder.mkdir(parents=True)
         # Two files per split: the reader must read and order all of them.
         for part, chunk in enumerate(np.array_split(indices, 2)):
-            path = str(split_dir / f"data_tfrecord-0000{part}-of-00002.gz")
-            with tf.io.TFRecordWriter(path, options="GZIP") as writer:
+            path = str(folder / f"data_tfrecord-0000{part}-of-00002.gz")
+            with tf.io.TFRecordWriter(path, options=COMPRESSION) as writer:
                 for index in chunk:
-                    png = tf.io.encode_png(images[index]).numpy()
-                    writer.write(_example(png, int(labels[index])))
-    (examples_uri / "labels.json").write_text(json.dumps({"label_names": LABEL_NAMES}))
+                    example = _example(images[index], int(labels[index]))
+                    writer.write(example.SerializeToString())
+    Path(labels_path(str(examples_uri))).write_text(json.dumps({LABEL_NAMES_FIELD: LABEL_NAMES}))
 
 
 class _PredictNormalized(tf.Module):
@@ -279,12 +274,9 @@ def test_load_split_images_resizes_normalizes_and_limits(tmp_path: Path):
 
 
 def _write_split(examples_uri: Path, split: str, images: np.ndarray, labels: np.ndarray):
-    split_dir = examples_uri / f"Split-{split}"
-    split_dir.mkdir(parents=True)
-    path = str(split_dir / "data_tfrecord-00000-of-00001.gz")
-    with tf.io.TFRecordWriter(path, options="GZIP") as writer:
+    with SplitWriters(str(examples_uri), [split]) as writers:
         for image, label in zip(images, labels, strict=True):
-            writer.write(_example(tf.io.encode_png(image).numpy(), int(label)))
+            writers.write(split, _example(image, int(label)))
 
 
 def test_read_label_names_rejects_a_malformed_file(tmp_path: Path):

@@ -22,6 +22,17 @@ from trainer_testdata import EVAL_FRACTION, write_digits_examples
 
 import models
 from components import pod_env
+from components.examples_format import (
+    COMPRESSION,
+    EVAL_SPLIT,
+    IMAGE_KEY,
+    LABEL_KEY,
+    TRAIN_SPLIT,
+    LabelNamesMissing,
+    examples_uri_of,
+    read_label_names,
+    split_dir,
+)
 from components.trainer import data as data_lib
 from components.trainer import export as export_lib
 from components.trainer import module, strategy
@@ -63,9 +74,9 @@ def _gpu(major: int, minor: int, index: int = 0) -> DeviceDescription:
 
 
 def _example(png: bytes, label: int | None = None, **extra: tf.train.Feature) -> bytes:
-    feature = {"image": tf.train.Feature(bytes_list=tf.train.BytesList(value=[png])), **extra}
+    feature = {IMAGE_KEY: tf.train.Feature(bytes_list=tf.train.BytesList(value=[png])), **extra}
     if label is not None:
-        feature["label"] = tf.train.Feature(int64_list=tf.train.Int64List(value=[label]))
+        feature[LABEL_KEY] = tf.train.Feature(int64_list=tf.train.Int64List(value=[label]))
     return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
 
 
@@ -78,8 +89,8 @@ def _fn_args(examples_uri: str, out: str, **trainer: object) -> tfx.components.F
     model = trainer.pop("model", "seed_cnn")
     params = trainer.pop("params", {})
     return tfx.components.FnArgs(
-        train_files=[os.path.join(examples_uri, "Split-train", "*")],
-        eval_files=[os.path.join(examples_uri, "Split-eval", "*")],
+        train_files=[os.path.join(split_dir(examples_uri, TRAIN_SPLIT), "*")],
+        eval_files=[os.path.join(split_dir(examples_uri, EVAL_SPLIT), "*")],
         serving_model_dir=os.path.join(out, "Format-Serving"),
         model_run_dir=os.path.join(out, "model_run"),
         base_model=trainer.pop("base_model", None),
@@ -94,7 +105,7 @@ def _fn_args(examples_uri: str, out: str, **trainer: object) -> tfx.components.F
 
 def _serialized(file_patterns: list[str]) -> list[bytes]:
     files = data_lib.list_files(file_patterns)
-    return [r.numpy() for r in tf.data.TFRecordDataset(files, compression_type="GZIP")]
+    return [r.numpy() for r in tf.data.TFRecordDataset(files, compression_type=COMPRESSION)]
 
 
 def _convert_to_tflite(saved_model_dir: str) -> bytes:
@@ -207,13 +218,20 @@ def test_only_the_chief_exports(tf_config, chief):
 
 def test_label_names_come_from_beside_split_train(examples_uri):
     pattern = os.path.join(examples_uri, "Split-train", "*")
-    assert data_lib.read_label_names([pattern]) == LABEL_NAMES
+    assert examples_uri_of([pattern]) == examples_uri
+    assert read_label_names(examples_uri_of([pattern])) == LABEL_NAMES
 
 
 def test_missing_labels_file_is_named(tmp_path):
     (tmp_path / "Split-train").mkdir()
-    with pytest.raises(ValueError, match=str(tmp_path / "labels.json")):
-        data_lib.read_label_names([str(tmp_path / "Split-train" / "*")])
+    with pytest.raises(LabelNamesMissing, match=str(tmp_path / "labels.json")) as raised:
+        read_label_names(examples_uri_of([str(tmp_path / "Split-train" / "*")]))
+    assert isinstance(raised.value, ValueError)  # what the Trainer always raised
+
+
+def test_train_files_outside_a_split_train_folder_are_named(tmp_path):
+    with pytest.raises(ValueError, match="No Split-train folder .* train_files=.*elsewhere"):
+        examples_uri_of([str(tmp_path / "elsewhere" / "*")])
 
 
 def test_unmatched_file_pattern_is_named(tmp_path):
@@ -366,7 +384,7 @@ def test_serving_signatures_agree(trained):
     # Serving needs only the image: strip every other feature.
     serialized = _serialized(trained.eval_files)[:20]
     pngs = [
-        tf.train.Example.FromString(s).features.feature["image"].bytes_list.value[0]
+        tf.train.Example.FromString(s).features.feature[IMAGE_KEY].bytes_list.value[0]
         for s in serialized
     ]
     image_only = [_example(png) for png in pngs]
@@ -405,7 +423,7 @@ def test_tfma_evaluates_the_serving_signature(trained, tmp_path):
         model_specs=[
             tfma.ModelSpec(
                 signature_name="serving_default",
-                label_key="label",
+                label_key=LABEL_KEY,
                 prediction_key="probabilities",
             )
         ],
@@ -429,7 +447,7 @@ def test_tfma_evaluates_the_serving_signature(trained, tmp_path):
 
     serialized = _serialized(trained.eval_files)
     labels = [
-        tf.train.Example.FromString(s).features.feature["label"].int64_list.value[0]
+        tf.train.Example.FromString(s).features.feature[LABEL_KEY].int64_list.value[0]
         for s in serialized
     ]
     loaded = tf.saved_model.load(trained.serving_model_dir)

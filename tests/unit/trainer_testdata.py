@@ -17,47 +17,40 @@ import sys
 
 import numpy as np
 
+# mptfx is imported inside the functions: run as a script, this file puts the repository
+# on sys.path first (the end of this file).
+
 LABEL_NAMES = [str(d) for d in range(10)]
 EVAL_FRACTION = 0.2
 
 
 def write_digits_examples(root: str, count: int) -> str:
-    """Writes `count` real 8x8 digits as ingest-style Examples under root; returns the uri."""
+    """Writes `count` real 8x8 digits with the Ingest's writer under root; returns the uri."""
     import tensorflow as tf
     from sklearn.datasets import load_digits
+
+    from components.examples_format import (
+        EVAL_SPLIT,
+        LABEL_NAMES_FIELD,
+        TRAIN_SPLIT,
+        labels_path,
+    )
+    from components.ingest.reader import DecodedImage
+    from components.ingest.writer import SplitWriters, build_example, write_json
 
     digits = load_digits()
     images = np.round(digits.images * (255.0 / 16.0)).astype(np.uint8)[..., None]
     order = np.random.default_rng(0).permutation(len(images))[:count]
     num_eval = int(round(count * EVAL_FRACTION))
     uri = os.path.join(root, "examples")
-
-    def ints(value: int) -> tf.train.Feature:
-        return tf.train.Feature(int64_list=tf.train.Int64List(value=[value]))
-
-    def strings(value: str) -> tf.train.Feature:
-        return tf.train.Feature(bytes_list=tf.train.BytesList(value=[value.encode()]))
-
-    for split, indices in (("eval", order[:num_eval]), ("train", order[num_eval:])):
-        os.makedirs(os.path.join(uri, f"Split-{split}"))
-        path = os.path.join(uri, f"Split-{split}", "data_tfrecord-00000-of-00001.gz")
-        with tf.io.TFRecordWriter(path, options="GZIP") as writer:
+    with SplitWriters(uri, [EVAL_SPLIT, TRAIN_SPLIT]) as writers:
+        for split, indices in ((EVAL_SPLIT, order[:num_eval]), (TRAIN_SPLIT, order[num_eval:])):
             for i in indices:
                 label = int(digits.target[i])
-                png = tf.io.encode_png(images[i]).numpy()
-                feature = {
-                    "image": tf.train.Feature(bytes_list=tf.train.BytesList(value=[png])),
-                    "label": ints(label),
-                    "label_name": strings(str(label)),
-                    "height": ints(8),
-                    "width": ints(8),
-                    "channels": ints(1),
-                    "filename": strings(f"{label}/img_{i:04d}.png"),
-                }
-                example = tf.train.Example(features=tf.train.Features(feature=feature))
-                writer.write(example.SerializeToString())
-    with open(os.path.join(uri, "labels.json"), "w") as f:
-        json.dump({"label_names": LABEL_NAMES}, f)
+                image = DecodedImage(int(i), tf.io.encode_png(images[i]).numpy(), 8, 8, 1)
+                writers.write(split, build_example(image, label, str(label),
+                                                   f"{label}/img_{i:04d}.png"))
+    write_json(labels_path(uri), {LABEL_NAMES_FIELD: LABEL_NAMES})
     return uri
 
 
@@ -65,9 +58,12 @@ def fn_args_dict(examples_uri: str, out: str, model: str = "seed_cnn",
                  input_size: tuple[int, int] = (8, 8), params: dict | None = None,
                  **trainer: object) -> dict:
     """The FnArgs fields run_fn reads, as a JSON-able dict (see `make_fn_args`)."""
+    from components.examples_format import EVAL_SPLIT, TRAIN_SPLIT, split_dir
+
     return {
-        "train_files": [os.path.join(examples_uri, "Split-train", "*")],
-        "eval_files": [os.path.join(examples_uri, "Split-eval", "*")],
+        # As TFX passes them: every file of the split folder.
+        "train_files": [os.path.join(split_dir(examples_uri, TRAIN_SPLIT), "*")],
+        "eval_files": [os.path.join(split_dir(examples_uri, EVAL_SPLIT), "*")],
         "serving_model_dir": os.path.join(out, "model", "Format-Serving"),
         "model_run_dir": os.path.join(out, "model_run"),
         "base_model": trainer.pop("base_model", None),

@@ -1,0 +1,131 @@
+"""The Examples format: what the Ingest writes and the Trainer, TF Lite and the bench read.
+
+The one place that spells it (docs/INTERFACES.md, "Ingest output"):
+
+    <examples_uri>/labels.json                                {"label_names": [...]}
+    <examples_uri>/Split-<split>/data_tfrecord-00000-of-00001.gz    GZIP TFRecords
+
+of `tf.train.Example` with the features named by the `*_KEY` constants below. A leaf:
+it imports nothing from mptfx, and TensorFlow only inside the functions that need it, so
+importing the names costs nothing.
+
+Example:
+
+    files = tf.io.gfile.glob(split_pattern(examples_uri, EVAL_SPLIT))
+    dataset = tf.data.TFRecordDataset(files, compression_type=COMPRESSION)
+    features = tf.io.parse_single_example(record, parse_spec())
+    label_names = read_label_names(examples_uri)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+
+# The features of one tf.train.Example.
+IMAGE_KEY = "image"  # bytes: PNG; a volume's D slices stacked vertically ([D*H, W, C])
+LABEL_KEY = "label"  # int64: the class index, the position of its name in label_names
+LABEL_NAME_KEY = "label_name"  # bytes: the class (folder) name
+HEIGHT_KEY = "height"  # int64: of the stored image
+WIDTH_KEY = "width"
+CHANNELS_KEY = "channels"
+FILENAME_KEY = "filename"  # bytes: the path relative to the data root
+DEPTH_KEY = "depth"  # int64, volumes only: D
+MASK_KEY = "mask"  # int64 list, volumes only: the D*H*W voxel labels (0/1)
+
+# Split folders: TFX's own layout, `Split-<name>`, one GZIP shard each.
+TRAIN_SPLIT = "train"
+EVAL_SPLIT = "eval"
+SPLIT_DIR_PREFIX = "Split-"
+COMPRESSION = "GZIP"  # tf.io.TFRecordWriter options / TFRecordDataset compression_type
+SHARD_NAME = "data_tfrecord-00000-of-00001.gz"
+SHARD_PATTERN = "*.gz"
+
+# The class names, in label index order, beside the split folders.
+LABELS_FILE = "labels.json"
+LABEL_NAMES_FIELD = "label_names"
+MIN_LABEL_NAMES = 2
+
+
+class LabelNamesMissing(FileNotFoundError, ValueError):
+    """labels.json is not there (a ValueError too, as a bad Examples artifact is one)."""
+
+
+def split_dir(examples_uri: str, split: str) -> str:
+    """`<examples_uri>/Split-<split>`, the folder TFX readers look in."""
+    return os.path.join(examples_uri, f"{SPLIT_DIR_PREFIX}{split}")
+
+
+def split_pattern(examples_uri: str, split: str) -> str:
+    """The glob of one split's TFRecord shards; `split="*"` matches every split."""
+    return os.path.join(split_dir(examples_uri, split), SHARD_PATTERN)
+
+
+def shard_path(examples_uri: str, split: str) -> str:
+    """The one shard the Ingest writes for `split`."""
+    return os.path.join(split_dir(examples_uri, split), SHARD_NAME)
+
+
+def labels_path(examples_uri: str) -> str:
+    """`<examples_uri>/labels.json`."""
+    return os.path.join(examples_uri, LABELS_FILE)
+
+
+def examples_uri_of(train_files: Sequence[str]) -> str:
+    """The Examples uri above the `Split-train` folder of the first pattern of
+    `fn_args.train_files` (e.g. `<examples_uri>/Split-train/*`).
+
+    Raises:
+        ValueError: naming the patterns when no `Split-train` folder is on that path.
+    """
+    train_dir = f"{SPLIT_DIR_PREFIX}{TRAIN_SPLIT}"
+    folder = train_files[0] if train_files else ""
+    while os.path.basename(folder) != train_dir:
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            raise ValueError(
+                f"No {train_dir} folder in the first train file pattern. "
+                f"Received: train_files={list(train_files)}"
+            )
+        folder = parent
+    return os.path.dirname(folder)
+
+
+def parse_spec(*, label: bool = True, mask_voxels: int | None = None) -> dict:
+    """The tf.io feature spec of the readers: `image` always, `label` unless `label=False`,
+    and `mask` (`mask_voxels` int64 values) for volumes."""
+    import tensorflow as tf
+
+    spec = {IMAGE_KEY: tf.io.FixedLenFeature([], tf.string)}
+    if label:
+        spec[LABEL_KEY] = tf.io.FixedLenFeature([], tf.int64)
+    if mask_voxels is not None:
+        spec[MASK_KEY] = tf.io.FixedLenFeature([mask_voxels], tf.int64)
+    return spec
+
+
+def read_label_names(examples_uri: str) -> list[str]:
+    """Reads the class names, in label index order, from `<examples_uri>/labels.json`.
+
+    The Trainer finds `examples_uri` with `examples_uri_of(fn_args.train_files)`.
+
+    Raises:
+        LabelNamesMissing: (a FileNotFoundError and a ValueError) naming the path when the
+            file is missing.
+        ValueError: when it does not hold `label_names`, a list of at least 2 names.
+    """
+    import tensorflow as tf  # tf.io.gfile: the Examples may live in any filesystem TF reads
+
+    path = labels_path(examples_uri)
+    if not tf.io.gfile.exists(path):
+        raise LabelNamesMissing(f"{LABELS_FILE} not found. Received: path={path}")
+    with tf.io.gfile.GFile(path) as f:
+        content = json.load(f)
+    label_names = content.get(LABEL_NAMES_FIELD) if isinstance(content, dict) else None
+    if not isinstance(label_names, list) or len(label_names) < MIN_LABEL_NAMES:
+        raise ValueError(
+            f"{LABELS_FILE} needs '{LABEL_NAMES_FIELD}' with at least {MIN_LABEL_NAMES} "
+            f"names. Received: label_names={label_names!r} in {path}"
+        )
+    return [str(name) for name in label_names]
