@@ -37,8 +37,7 @@ def test_bench_auto_check_names_auto_fastest_and_ratio_per_model(mptfx, tmp_path
 
 
 def test_the_stock_tfx_pipeline_trains_evaluates_and_pushes(tmp_path):
-    sys.path.insert(0, str(REPO / "tests" / "unit"))
-    from trainer_testdata import write_digits_examples
+    from tests.trainer_testdata import write_digits_examples
 
     examples = write_digits_examples(str(tmp_path / "digits"), 1797)
     completed = subprocess.run(

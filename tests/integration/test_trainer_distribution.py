@@ -3,7 +3,7 @@
 Real TensorFlow in real processes: MirroredStrategy over two logical CPU devices, two
 MultiWorkerMirroredStrategy workers talking gRPC on 127.0.0.1, and a training process
 killed with SIGKILL after its first epoch. Worker processes run
-`tests/unit/trainer_testdata.py SPEC.json` (the Trainer's `train_and_export`).
+`tests/trainer_testdata.py SPEC.json` (the Trainer's `train_and_export`).
 """
 
 from __future__ import annotations
@@ -19,14 +19,14 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from trainer_testdata import fn_args_dict, write_digits_examples
 
 from components.trainer import module
 from components.trainer.optimizer import LossScaleSettings
 from tests.ports import free_port
+from tests.trainer_testdata import fn_args_dict, write_digits_examples
 
 REPO = Path(__file__).resolve().parents[2]
-WORKER = Path(__file__).resolve().parent / "trainer_testdata.py"
+WORKER = Path(__file__).resolve().parents[1] / "trainer_testdata.py"
 
 
 @pytest.fixture(scope="module")

@@ -16,13 +16,13 @@ import os
 
 import keras
 import pytest
-from trainer_testdata import fn_args_dict, write_digits_examples
 
 from components.trainer import autotune, module
 from components.trainer import runtime as runtime_step
 from components.trainer import tuning as tuning_step
 from components.trainer.autotune import Cell, MeasureSettings, TuningRequest
 from components.trainer.precision import DeviceDescription
+from tests.trainer_testdata import fn_args_dict, write_digits_examples
 
 CPU = DeviceDescription("CPU", "/physical_device:CPU:0")
 CPU_BF16 = DeviceDescription("CPU", "/physical_device:CPU:0",

@@ -13,11 +13,11 @@ import math
 import keras
 import pytest
 import tensorflow as tf
-from trainer_testdata import fn_args_dict, write_digits_examples
 
 from components.trainer import batch_size as batch_lib
 from components.trainer import module
 from models import build_model
+from tests.trainer_testdata import fn_args_dict, write_digits_examples
 
 
 def _estimate(precision: str, input_shape=(32, 32, 1)):

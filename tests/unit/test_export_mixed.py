@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from tfx.types import standard_artifacts
-from trainer_testdata import fn_args_dict, make_fn_args, write_digits_examples
 
 from components.tflite.component import export_tflite_models, tflite_source_dir
 from components.tflite.convert import reduced_precision_dtypes
 from components.trainer import module
 from components.trainer.export import FLOAT32_DIR, float32_model_dir
+from tests.trainer_testdata import fn_args_dict, make_fn_args, write_digits_examples
 
 NUM_IMAGES = 300
 

@@ -18,7 +18,6 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from tfx import v1 as tfx
-from trainer_testdata import EVAL_FRACTION, write_digits_examples
 
 import models
 from components import pod_env
@@ -45,6 +44,7 @@ from components.trainer.precision import (
     resolve_xla,
 )
 from models.registry import unregister_model
+from tests.trainer_testdata import EVAL_FRACTION, write_digits_examples
 
 NUM_IMAGES = 300
 LABEL_NAMES = [str(d) for d in range(10)]

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 import yaml
 from pydantic import BaseModel, Field
-from trainer_testdata import fn_args_dict, make_fn_args, write_digits_examples
 
 from components.trainer import config as trainer_config
 from components.trainer.config import TrainerConfig, TrainerSection
 from pipelines.config import Config, ConfigError, load_config
+from tests.trainer_testdata import fn_args_dict, make_fn_args, write_digits_examples
 
 REPO = Path(__file__).resolve().parents[2]
 # The keys of training_summary.json before it became a dataclass, in their order
