@@ -59,8 +59,8 @@ def _model_file(args: argparse.Namespace) -> dict[str, str]:
 
 
 def _options(args: argparse.Namespace):
+    from benchmarks.options import BenchOptions
     from benchmarks.plan import SECTIONS
-    from benchmarks.runner import BenchOptions
 
     sections = SECTIONS if args.sections == "all" else _list(args.sections, SECTIONS, "--sections")
     for flag, value in (("--batch-size", args.batch_size), ("--windows", args.windows),

@@ -13,6 +13,7 @@ import statistics
 from typing import Any
 
 from benchmarks.plan import REFERENCE_PRECISION, SEED_MODEL
+from benchmarks.rates import epoch_rates
 
 MFU_TARGET = 0.60
 TFLITE_SIZE_LIMITS = {"fp16": 0.52, "int8": 0.30}
@@ -319,12 +320,6 @@ def _input_tables(results: dict[str, Any]) -> list[str]:
     elif ingest.get("status"):
         lines += [f"Ingest comparison: {ingest['status']}: {ingest.get('error')}", ""]
     return lines
-
-
-def epoch_rates(run_list: list[dict[str, Any]] | None) -> list[float]:
-    """Every epoch's images/sec but each run's first (the pooled median's sample)."""
-    return [rate for run in run_list or [] for rate in
-            (run.get("images_per_sec_per_epoch") or [])[1:]]
 
 
 def _overhead_spread(section: dict[str, Any]) -> float | None:

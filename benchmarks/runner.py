@@ -10,7 +10,6 @@ so an interrupted run keeps what it measured), `results.md` (the tables),
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
 import json
 import os
@@ -24,15 +23,13 @@ from typing import Any, TextIO
 from benchmarks import charts, report
 from benchmarks.autocheck import auto_check_rows
 from benchmarks.launch import TaskOutcome, run_task
+from benchmarks.options import BenchOptions
 from benchmarks.plan import (
     COMPUTE_DTYPES,
-    FULL,
     MIN_SPEEDUP_FOR_BATCH_SEARCH,
-    QUICK,
     REFERENCE_PRECISION,
     SECTION_SECONDS,
     SEED_MODEL,
-    Preset,
     cell_skip_reason,
     model_setup,
 )
@@ -43,45 +40,6 @@ RESULTS_JSON = "results.json"
 RESULTS_MD = "results.md"
 _UNSUPPORTED = "No OpKernel was registered"
 DATA_SECTIONS = ("input_pipeline", "overhead", "publication", "stock_tfx")
-
-
-@dataclasses.dataclass(frozen=True)
-class BenchOptions:
-    """The command line of `mptfx bench`, parsed (see benchmarks/commands.py)."""
-
-    workspace: str
-    quick: bool
-    sections: tuple[str, ...]
-    models: tuple[str, ...] | None = None
-    precisions: tuple[str, ...] = ("float32", "mixed_float16", "mixed_bfloat16")
-    xla: tuple[bool, ...] = (False, True)
-    batch_size: int | None = None
-    input_shape: tuple[int, ...] | None = None
-    windows: int | None = None
-    window_seconds: float | None = None
-    warmup_seconds: float | None = None
-    memory_cap_mb: float = 2048.0
-    max_batch: int | None = None
-    command: str = "mptfx bench"
-    # --model-file: a user's model file (models/user_module.py), benchmarked instead of
-    # (or, with --models, beside) the registered models.
-    model_file: str = ""
-    model_builder: str = "build_model"
-    model_task: str = "classification"
-
-    @property
-    def preset(self) -> Preset:
-        """QUICK or FULL with the timing overrides applied."""
-        preset = QUICK if self.quick else FULL
-        return dataclasses.replace(
-            preset,
-            windows=self.windows or preset.windows,
-            window_seconds=self.window_seconds or preset.window_seconds,
-            warmup_seconds=(
-                preset.warmup_seconds if self.warmup_seconds is None else self.warmup_seconds
-            ),
-            max_batch=self.max_batch or preset.max_batch,
-        )
 
 
 class BenchRun:
