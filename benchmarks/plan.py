@@ -13,7 +13,6 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
 SECTIONS = (
     "throughput",
@@ -156,13 +155,6 @@ class CellSpec:
     ceiling_sizes: dict[str, int] = dataclasses.field(default_factory=dict)
     time_budget_seconds: float = 120.0
     profile_steps: int = 0
-
-    @classmethod
-    def from_dict(cls, values: dict[str, Any]) -> CellSpec:
-        """Builds a spec from its JSON form (`dataclasses.asdict`)."""
-        values = dict(values)
-        values["input_shape"] = tuple(int(d) for d in values["input_shape"])
-        return cls(**values)
 
 
 @dataclasses.dataclass(frozen=True)
