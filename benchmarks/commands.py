@@ -59,8 +59,8 @@ def _model_file(args: argparse.Namespace) -> dict[str, str]:
 
 
 def _options(args: argparse.Namespace):
+    from benchmarks.options import BenchOptions
     from benchmarks.plan import SECTIONS
-    from benchmarks.runner import BenchOptions
 
     sections = SECTIONS if args.sections == "all" else _list(args.sections, SECTIONS, "--sections")
     for flag, value in (("--batch-size", args.batch_size), ("--windows", args.windows),
@@ -95,6 +95,8 @@ def _command_bench(args: argparse.Namespace) -> int:
 
 def register(commands: argparse._SubParsersAction) -> None:
     """Adds `bench` to the `mptfx` sub-commands."""
+    from benchmarks.plan import SECTIONS
+
     bench = commands.add_parser(
         "bench",
         help="measure training throughput (precision x XLA), memory, input pipeline, "
@@ -119,9 +121,7 @@ def register(commands: argparse._SubParsersAction) -> None:
                        help="comma-separated dtype policies (default: all three)")
     bench.add_argument("--xla", default="off,on", help="off, on or off,on (default)")
     bench.add_argument("--sections", default="all",
-                       help="comma-separated: throughput, auto_check, largest_batch, "
-                            "input_pipeline, overhead, publication, pipeline, stock_tfx "
-                            "(default: all)")
+                       help=f"comma-separated: {', '.join(SECTIONS)} (default: all)")
     bench.add_argument("--memory-cap", type=int, default=2048, metavar="MB",
                        help="CPU only: the largest-batch search's limit on a probe's peak "
                             "RSS (default 2048 MB; GPUs use their own memory)")

@@ -19,7 +19,6 @@ Example:
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import resource
 import statistics
@@ -34,54 +33,11 @@ import tensorflow as tf
 from benchmarks.ceiling import MatmulCeiling
 from benchmarks.flops import count_flops
 from benchmarks.kernels import kernel_efficiency, optimizer_update_ms
-from benchmarks.plan import COMPUTE_DTYPES
+from benchmarks.plan import COMPUTE_DTYPES, CellSpec
 from benchmarks.profile import profile_steps
 from components.trainer.precision import describe_devices
 from models import SEGMENTATION, build_model, model_task
 from models.segmentation import DiceBCELoss, DiceCoefficient
-
-
-@dataclasses.dataclass(frozen=True)
-class CellSpec:
-    """What one throughput cell trains and how long it times it.
-
-    Attributes:
-        model: registry name.
-        precision: Keras dtype policy: float32, mixed_float16 or mixed_bfloat16.
-        xla: compile the train step with XLA (`jit_compile=True`).
-        batch_size: samples per step.
-        input_shape: one sample's shape, e.g. (64, 64, 1) or (32, 32, 32, 1).
-        num_classes: classes of the synthetic labels.
-        warmup_seconds: untimed steps after the first call, at least one.
-        window_seconds: target length of one timed window (whole steps, at least one).
-        windows: number of timed windows; the median is reported.
-        ceiling_sizes: matmul size per dtype ("float32", "float16", "bfloat16").
-        time_budget_seconds: fewer windows (never fewer than two) when the full count
-            would take longer than this.
-        profile_steps: after the windows, trace this many steps with TensorFlow's profiler
-            and time each convolution and dense pass alone (benchmarks/kernels.py), to
-            report where the time goes (0: neither).
-    """
-
-    model: str
-    precision: str
-    xla: bool
-    batch_size: int
-    input_shape: tuple[int, ...]
-    num_classes: int = 10
-    warmup_seconds: float = 1.0
-    window_seconds: float = 1.0
-    windows: int = 5
-    ceiling_sizes: dict[str, int] = dataclasses.field(default_factory=dict)
-    time_budget_seconds: float = 120.0
-    profile_steps: int = 0
-
-    @classmethod
-    def from_dict(cls, values: dict[str, Any]) -> CellSpec:
-        """Builds a spec from its JSON form (`dataclasses.asdict`)."""
-        values = dict(values)
-        values["input_shape"] = tuple(int(d) for d in values["input_shape"])
-        return cls(**values)
 
 
 def build_compiled_model(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from benchmarks import charts, report
-from benchmarks.runner import _add_speedups
+from benchmarks.sections.throughput import add_speedups
 from components.trainer.batch_size import search_largest_batch
 
 
@@ -73,7 +73,7 @@ def results() -> dict:
          "error": "timed out after 150 s", "batch_size": 32, "input_shape": [64, 64, 1],
          "unit": "images"},
     ]
-    _add_speedups(rows)
+    add_speedups(rows)
     return {
         "command": "mptfx bench --quick",
         "host": {

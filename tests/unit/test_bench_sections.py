@@ -1,13 +1,20 @@
-"""The bench's `auto_check` and `stock_tfx` sections: the entries results.json gets and the
-tables results.md shows, from throughput rows and section results as the runner writes
-them (benchmarks/autocheck.py, benchmarks/report.py)."""
+"""The bench's sections (benchmarks/sections/): the entries results.json gets and the
+tables and verdicts results.md shows, from section results as the runner writes them; the
+parameters of every worker task."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import types
+import typing
+
 import pytest
 
-from benchmarks import report
+from benchmarks import report, sections
 from benchmarks.autocheck import auto_check_rows
+from benchmarks.plan import SECTIONS
+from benchmarks.sections.tasks import from_json, to_json
 
 
 def _cell(model, precision, xla, rate, status="ok"):
@@ -58,3 +65,131 @@ def test_results_md_shows_both_sections():
         in markdown
     assert "| stock TFX (ImportExampleGen, Pusher) | 80.0 |" in markdown
     assert "ratio (mptfx / stock): 0.62" in markdown
+
+
+# --- every section: a module with a table and verdicts; every task's parameters ----------
+
+def _row(model="seed_cnn", precision="float32", xla=False, rate=600.0, **extra):
+    return {"model": model, "precision": precision, "xla": xla, "status": "ok",
+            "batch_size": 32, "input_shape": [64, 64, 1], "unit": "images", "error": None,
+            "samples_per_sec": rate, "step_ms": 32000 / rate, "peak_memory_mb": 900.0,
+            "training_memory_mb": 200.0, "memory_kind": "peak RSS",
+            "achieved_gflops": rate * 0.13, "ceiling_gflops": 200.0,
+            "mfu": rate * 0.13 / 200.0, **extra}
+
+
+HOST = {"device": "CPU", "cpu": {"model_name": "Test CPU", "logical_cpus": 2, "flags": []},
+        "devices": [{"kind": "CPU", "name": "/physical_device:CPU:0"}],
+        "ceilings": {"float32": {"gflops": 200.0, "size": 2048}},
+        "auto": {"precision": "float32", "precision_reason": "CPU", "xla": False,
+                 "xla_reason": "CPU"}}
+RUNS = [{"images_per_sec_per_epoch": [900.0, 2000.0, 2100.0]}]
+# One results entry per section of plan.SECTIONS, the heading its table must show and a
+# phrase of its verdicts (None: the section has no verdicts).
+SAMPLES = {
+    "throughput": ({"throughput": [_row(), _row(precision="mixed_bfloat16", rate=900.0)]},
+                   "### Training throughput", "fastest cell is mixed_bfloat16 with XLA off"),
+    "auto_check": ({"auto_check": auto_check_rows(THROUGHPUT, {"seed_cnn": {
+        "auto": "float32 xla off", "status": "measured"}})},
+        "### auto check", None),
+    "largest_batch": ({"largest_batch": {"memory_cap_mb": 2048.0, "rows": [
+        {"model": "seed_cnn", "precision": "float32", "input_shape": [64, 64, 1],
+         "largest": 288, "first_failure": 304, "probes": [[288, True]],
+         "peak_memory_mb_at_largest": 864.0},
+        {"model": "seed_cnn", "precision": "mixed_float16", "skipped": "too slow"}]}},
+        "### Largest batch (peak RSS ≤ 2048 MB", None),
+    "input_pipeline": ({"input_pipeline": {"status": "ok", "rows": [{
+        "model": "seed_cnn", "input_size": [16, 16], "batch_size": 32, "precision": "float32",
+        "delivered_images_per_sec": 1000.0, "delivered_cached_images_per_sec": 9000.0,
+        "consumed_images_per_sec": 2000.0, "ratio": 0.5, "cached_ratio": 4.5}]}},
+        "### Input pipeline", "Input pipeline at 16×16: decoding every epoch it delivers 0.50×"),
+    "overhead": ({"overhead": {
+        "status": "ok", "model": "seed_cnn", "input_size": [16, 16], "batch_size": 32,
+        "precision": "float32", "xla": False, "epochs": 4, "rounds": 1, "train_examples": 5748,
+        "plain_fit_images_per_sec": 2000.0, "plain_fit_on_trainer_dataset_images_per_sec": 2000.0,
+        "trainer_images_per_sec": 2000.0, "ratio": 1.0, "dataset_ratio": 1.0,
+        "plain_runs": RUNS, "dataset_runs": RUNS, "trainer_runs": RUNS}},
+        "### Trainer overhead", "Trainer/plain fit = 1.00 (as fast as plain fit or faster)"),
+    "publication": ({"publication": {"status": "ok", "rows": [{
+        "format": "TF Lite fp16", "variant": "fp16", "bytes": 512, "size_vs_tflite_fp32": 0.5,
+        "latency_ms_p50": 0.02, "latency_ms_p99": 0.03, "throughput_images_per_sec": 2e4,
+        "throughput_batch": 1, "threads": 1, "accuracy": 0.9, "agreement_with_savedmodel": 1.0,
+        "input_size": [16, 16], "eval_images": 363}]}},
+        "### Publication (16×16 input", "TF Lite fp16: 0.500× the fp32 size ≤ 0.52×."),
+    "pipeline": ({"pipeline": {"command": "mptfx run --json", "status": "completed",
+                               "wall_seconds": 30.0,
+                               "components": {"Trainer": {"status": "completed",
+                                                          "seconds": 20.0}}}},
+                 "### Pipeline (`mptfx run --json`: completed, 30.0 s wall)", None),
+    "stock_tfx": ({"stock_tfx": {"status": "ok", "mptfx_run_seconds": 30.0,
+                                 "stock_tfx_seconds": 60.0, "ratio": 0.5,
+                                 "components": ["ImportExampleGen"]}},
+                  "### Default `mptfx run` vs a stock TFX pipeline", None),
+}
+
+
+@pytest.mark.parametrize("name", SECTIONS)
+def test_every_section_has_a_module_with_its_table_and_verdicts(name):
+    section = sections.SECTIONS[[s.name for s in sections.SECTIONS].index(name)]
+    assert type(section).__module__ == f"benchmarks.sections.{name}"
+    entry, heading, verdict = SAMPLES[name]
+    results = {"host": HOST, **entry}
+
+    assert any(line.startswith(heading) for line in section.table(results))
+    assert section.table({"host": HOST}) == []  # nothing of it in the results: no table
+    assert heading in report.render_markdown(results)
+    found = section.verdicts(results)
+    if verdict is None:
+        assert found == []
+    else:
+        assert any(verdict in line for line in found), found
+        assert [line for line in report.verdicts(results) if line in found] == found
+
+
+def test_the_sections_run_in_the_order_of_plan_sections_after_the_host():
+    names = [section.name for section in sections.SECTIONS]
+    assert names[0] == "host" and sections.SECTIONS[0].required
+    assert [name for name in names if name in SECTIONS] == list(SECTIONS)
+    # The only other one renders the profiled throughput cell and runs nothing itself.
+    assert set(names) - set(SECTIONS) == {"host", "time_breakdown"}
+    row = _row(kernels=[{"layer": "conv2", "pass": "weight gradient", "gflop": 0.5,
+                         "ms": 5.0, "gflops": 100.0, "of_ceiling": 0.5}])
+    markdown = report.render_markdown({"host": HOST, "throughput": [row]})
+    assert "### Why MFU is what it is: seed_cnn float32 XLA off" in markdown
+    assert markdown.index("### Training throughput") < markdown.index("### Why MFU")
+    assert "Host: Test CPU, 2 logical CPUs" in markdown
+
+
+def _sample(hint):
+    """A value of the type `hint` (str, int, float, bool, list, tuple, dict, dataclass)."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if dataclasses.is_dataclass(hint):
+        hints = typing.get_type_hints(hint)
+        return hint(**{f.name: _sample(hints[f.name]) for f in dataclasses.fields(hint)})
+    if origin is list:
+        return [_sample(args[0]), _sample(args[0])]
+    if origin is tuple:
+        return (_sample(args[0]), _sample(args[0]))
+    if origin is dict:
+        return {"key": [1, 2]}
+    if origin in (typing.Union, types.UnionType):
+        return _sample(args[0])
+    return {str: "text", int: 3, float: 1.5, bool: True}[hint]
+
+
+@pytest.mark.parametrize("name", sorted(sections.TASKS))
+def test_a_task_s_params_reach_its_worker_as_they_were_sent(name):
+    task = sections.TASKS[name]
+    assert task.name == name
+    assert dataclasses.is_dataclass(task.params) and task.params.__dataclass_params__.frozen
+    params = _sample(task.params)
+    sent = json.loads(json.dumps(to_json(params)))  # what the worker reads
+    assert from_json(task.params, sent) == params
+    with pytest.raises(TypeError):
+        from_json(task.params, {**sent, "unknown": 1})
+
+
+def test_every_task_has_its_own_name():
+    tasks = [task for section in sections.SECTIONS for task in section.tasks]
+    assert len({task.name for task in tasks}) == len(tasks)
+    assert set(sections.TASKS) == {task.name for task in tasks} | {"prepare_data"}

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
+pytestmark = pytest.mark.e2e
+
 
 def test_tiny_bench_writes_sane_table_json_and_charts(mptfx, tmp_path):
     result = mptfx(

@@ -5,6 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.e2e
+
 REPO = Path(__file__).resolve().parents[2]
 
 

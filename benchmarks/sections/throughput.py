@@ -1,0 +1,197 @@
+"""`throughput`: every model × precision × XLA cell trained on synthetic on-device data.
+
+Each cell runs in a fresh process (`train_cell`, benchmarks/training.py); its speedup is
+over the same model's float32 without XLA in this run. The seed model runs first: with
+--quick on a CPU its cells decide which of the other models' cells are worth measuring
+(plan.cell_skip_reason). Its verdicts: the fastest cell against `auto`, and the MFU target.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from benchmarks.plan import REFERENCE_PRECISION, SEED_MODEL, CellSpec, cell_skip_reason
+from benchmarks.sections.base import Section, number, shape, short, xla
+from benchmarks.sections.context import Context
+from benchmarks.sections.tasks import Task
+
+MFU_TARGET = 0.60
+
+
+def measure(spec: CellSpec) -> dict[str, Any]:
+    from benchmarks.training import run_cell
+
+    return run_cell(spec)
+
+
+TRAIN_CELL = Task("train_cell", CellSpec, measure)
+
+
+def add_speedups(rows: list[dict[str, Any]]) -> None:
+    """speedup = samples/sec over the same model's float32 without XLA in this run."""
+    reference = {
+        row["model"]: row["samples_per_sec"]
+        for row in rows
+        if row["precision"] == REFERENCE_PRECISION and not row["xla"] and row["status"] == "ok"
+    }
+    for row in rows:
+        base = reference.get(row["model"])
+        row["speedup"] = (
+            row["samples_per_sec"] / base if base and row["status"] == "ok" else None
+        )
+
+
+def cell_summary(row: dict[str, Any]) -> str:
+    """One cell for the console."""
+    if row["status"] != "ok":
+        return f"{row['status']}: {row['error']}"
+    speedup = f", {row['speedup']:.2f}x" if row.get("speedup") is not None else ""
+    return (f"{row['samples_per_sec']:.1f} {row['unit']}/s, {row['step_ms']:.1f} ms/step"
+            f"{speedup}, MFU {row['mfu']:.0%}, {row['memory_kind']} "
+            f"{row['peak_memory_mb']:.0f} MB")
+
+
+def ok_cells(results: dict[str, Any], model: str) -> list[dict[str, Any]]:
+    """`model`'s measured cells."""
+    return [
+        row for row in results.get("throughput", [])
+        if row["model"] == model and row["status"] == "ok"
+    ]
+
+
+class Throughput(Section):
+    name = "throughput"
+    tasks = (TRAIN_CELL,)
+
+    def run(self, ctx: Context) -> None:
+        ordered = sorted(ctx.models, key=lambda name: name != SEED_MODEL)
+        cells = [
+            (model, precision, on)
+            for model in ordered
+            for precision in ctx.options.precisions
+            for on in ctx.options.xla
+        ]
+        ceiling_sizes = {d: c["size"] for d, c in ctx.results["host"]["ceilings"].items()}
+        rows: list[dict[str, Any]] = []
+        ctx.results["throughput"] = rows
+        ctx.say(f"  throughput: up to {len(cells)} cells, each in a fresh process")
+        for index, (model, precision, on) in enumerate(cells, 1):
+            setup = ctx.setup(model)
+            label = f"  [{index}/{len(cells)}] {model} {precision} xla={xla(on)}"
+            cell = {"model": model, "precision": precision, "xla": on,
+                    "batch_size": setup.batch_size, "input_shape": list(setup.input_shape),
+                    "unit": setup.unit}
+            seed_speedups = {
+                (row["precision"], row["xla"]): row["speedup"] for row in rows
+                if row["model"] == SEED_MODEL and row.get("speedup") is not None
+            }
+            skip = cell_skip_reason(model, precision, on, ctx.device, ctx.options.quick,
+                                    seed_speedups)
+            if skip:
+                rows.append({**cell, "status": "skipped", "error": skip})
+                ctx.say(f"{label}: skipped ({skip})")
+                continue
+            spec = CellSpec(
+                model=model,
+                precision=precision,
+                xla=on,
+                batch_size=setup.batch_size,
+                input_shape=setup.input_shape,
+                num_classes=setup.num_classes,
+                warmup_seconds=ctx.preset.warmup_seconds,
+                window_seconds=ctx.preset.window_seconds,
+                windows=ctx.preset.windows,
+                ceiling_sizes=ceiling_sizes,
+                time_budget_seconds=ctx.preset.cell_budget_seconds,
+                # The MFU-target cell also says where its time goes.
+                profile_steps=ctx.preset.profile_steps if (
+                    model == SEED_MODEL and precision == REFERENCE_PRECISION and not on
+                ) else 0,
+            )
+            load = ctx.load()
+            outcome = ctx.task(TRAIN_CELL, spec, f"cell-{model}-{precision}-xla{xla(on)}",
+                               timeout=ctx.preset.cell_timeout_seconds)
+            row = {**cell, "status": outcome.status, "error": outcome.error,
+                   "seconds": round(outcome.seconds, 1), "load_average_1m": load,
+                   **(outcome.result or {})}
+            rows.append(row)
+            add_speedups(rows)
+            ctx.say(f"{label}: {cell_summary(row)} ({outcome.seconds:.0f} s, load {load})")
+            ctx.save()
+
+    def table(self, results: dict[str, Any]) -> list[str]:
+        rows = results.get("throughput") or []
+        if not rows:
+            return []
+        lines = [
+            "### Training throughput (synthetic data on the device)",
+            "",
+            "Median of timed windows after warm-up; speedup over float32 without XLA of the "
+            "same model in this run; MFU = counted training FLOP/s ÷ matmul ceiling of the "
+            "compute dtype, measured between the windows (benchmarks/flops.py has the formula).",
+            "",
+            "| model | input | batch | precision | XLA | samples/s | step ms | speedup "
+            "| peak memory MB | GFLOP/s | MFU | load |",
+            "|---|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|",
+        ]
+        for row in rows:
+            head = (f"| {row['model']} | {shape(row['input_shape'])} | {row['batch_size']} | "
+                    f"{row['precision']} | {xla(row['xla'])} |")
+            if row["status"] != "ok":
+                lines.append(f"{head} {row['status']}: {short(row['error'])} | | | | | | | |")
+                continue
+            lines.append(
+                f"{head} {number(row['samples_per_sec'], 1)} {row['unit']}/s | "
+                f"{number(row['step_ms'], 1)} | {number(row.get('speedup'), 2)}× | "
+                f"{number(row['peak_memory_mb'])} ({row['memory_kind']}; "
+                f"+{number(row.get('training_memory_mb'))} training) | "
+                f"{number(row['achieved_gflops'], 1)} | {row['mfu']:.0%} "
+                f"(of {row['ceiling_gflops']:.0f}) | {number(row.get('load_average_1m'), 1)} |"
+            )
+        return lines + [""]
+
+    def verdicts(self, results: dict[str, Any]) -> list[str]:
+        lines: list[str] = []
+        for model in dict.fromkeys(row["model"] for row in results.get("throughput", [])):
+            lines += _fastest_verdict(results, model)
+        seed = next((row for row in ok_cells(results, SEED_MODEL)
+                     if row["precision"] == REFERENCE_PRECISION and not row["xla"]), None)
+        if seed:
+            holds = "holds" if seed["mfu"] >= MFU_TARGET else "does NOT hold"
+            lines.append(
+                f"MFU target ({MFU_TARGET:.0%} of the matmul ceiling) {holds} for {SEED_MODEL} "
+                f"float32 {shape(seed['input_shape'])} batch {seed['batch_size']}: "
+                f"{seed['achieved_gflops']:.1f} GFLOP/s of {seed['ceiling_gflops']:.1f} = "
+                f"{seed['mfu']:.0%}."
+            )
+        return lines
+
+
+def _fastest_verdict(results: dict[str, Any], model: str) -> list[str]:
+    """`model`'s fastest cell, and where `auto`'s choice stands against it."""
+    cells = ok_cells(results, model)
+    if not cells:
+        return []
+    auto = (results.get("host") or {}).get("auto") or {}
+    fastest = max(cells, key=lambda row: row["samples_per_sec"])
+    line = (f"{model}: fastest cell is {fastest['precision']} with XLA "
+            f"{xla(fastest['xla'])} ({fastest['samples_per_sec']:,.1f} {fastest['unit']}/s")
+    if fastest.get("speedup") is not None:
+        line += f", {fastest['speedup']:.2f}× float32 without XLA"
+    line += ")."
+    auto_cell = next((row for row in cells if row["precision"] == auto.get("precision")
+                      and row["xla"] == auto.get("xla")), None)
+    if auto:
+        line += (f" `auto` chooses {auto['precision']} with XLA {xla(auto['xla'])} "
+                 f"({auto['precision_reason']}; {auto['xla_reason']})")
+        if auto_cell is fastest:
+            line += ": the fastest cell."
+        elif auto_cell:
+            ratio = auto_cell["samples_per_sec"] / fastest["samples_per_sec"]
+            line += f", which runs at {ratio:.2f}× the fastest cell."
+        else:
+            line += "."
+    return [line]
+
+
+SECTION = Throughput()

@@ -1,0 +1,161 @@
+"""`run_bench` over every section, with the worker processes and `mptfx run` replaced by
+canned results: what each section sends its tasks, the console, results.json and results.md,
+the --quick budget and the exit codes. No subprocess, no TensorFlow."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from benchmarks import charts, sections
+from benchmarks.launch import TaskOutcome
+from benchmarks.options import BenchOptions
+from benchmarks.plan import SECTIONS
+from benchmarks.runner import run_bench
+from benchmarks.sections import context
+
+HOST = {"device": "CPU", "cpu": {"model_name": "Test CPU", "logical_cpus": 2, "flags": []},
+        "devices": [], "models": ["seed_cnn", "resnet50"],
+        "ceilings": {"float32": {"gflops": 200.0, "size": 2048}},
+        "auto": {"precision": "float32", "precision_reason": "CPU", "xla": False,
+                 "xla_reason": "CPU"}}
+CELL = {"samples_per_sec": 600.0, "step_ms": 50.0, "peak_memory_mb": 900.0,
+        "memory_kind": "peak RSS", "achieved_gflops": 60.0, "ceiling_gflops": 200.0,
+        "mfu": 0.3}
+INPUT_ROW = {"model": "seed_cnn", "input_size": [16, 16], "batch_size": 32,
+             "precision": "float32", "delivered_images_per_sec": 1000.0,
+             "delivered_cached_images_per_sec": 9000.0, "consumed_images_per_sec": 2000.0,
+             "ratio": 0.5, "cached_ratio": 4.5}
+RUNS = [{"images_per_sec_per_epoch": [900.0, 2000.0, 2100.0]}]
+
+
+def _result(task: str, params: dict) -> dict | None:
+    """What each worker task returns, as small as the sections' tables allow."""
+    if task == "batch_ladder":
+        with open(params["progress_path"], "w") as progress:
+            for batch in params["batches"]:
+                progress.write(json.dumps({"batch": batch, "fits": batch <= 64,
+                                           "peak_memory_mb": 10.0}) + "\n")
+    return {
+        "host": HOST,
+        "train_cell": CELL,
+        "auto_choice": {"auto": "float32 xla off", "status": "measured"},
+        "batch_ladder": {},
+        "batch_probe": {"fits": params.get("batch_size", 0) <= 80, "peak_memory_mb": 20.0},
+        "prepare_data": {"replicate": 4, "replicated": {}, "examples_dir": "/digits"},
+        "input_pipeline": {"rows": [INPUT_ROW]},
+        "ingest_compare": {"records": 10, "files": 1, "ours_seconds": 1.0,
+                           "ours_records_per_sec": 10.0, "ours_written": 10,
+                           "ours_quarantined": 0, "import_example_gen_seconds": 2.0,
+                           "import_example_gen_records_per_sec": 5.0,
+                           "import_example_gen_written": 10},
+        "trainer_overhead": {"model": "seed_cnn", "input_size": [16, 16], "batch_size": 32,
+                             "precision": "float32", "xla": False, "epochs": 4, "rounds": 1,
+                             "train_examples": 100, "plain_fit_images_per_sec": 2000.0,
+                             "plain_fit_on_trainer_dataset_images_per_sec": 2000.0,
+                             "trainer_images_per_sec": 2000.0, "ratio": 1.0,
+                             "dataset_ratio": 1.0, "plain_runs": RUNS, "dataset_runs": RUNS,
+                             "trainer_runs": RUNS},
+        "publication": {"rows": [{"format": "TF Lite fp32", "variant": "fp32", "bytes": 1024,
+                                  "size_vs_tflite_fp32": 1.0, "latency_ms_p50": 0.02,
+                                  "latency_ms_p99": 0.03, "throughput_images_per_sec": 1e4,
+                                  "throughput_batch": 1, "threads": 1, "accuracy": 0.9,
+                                  "agreement_with_savedmodel": 1.0, "input_size": [16, 16],
+                                  "eval_images": 363}]},
+        "stock_tfx": {"pushed_versions": [1]},
+    }[task]
+
+
+@pytest.fixture
+def bench(monkeypatch, tmp_path):
+    """Runs `run_bench` with canned tasks; returns (exit code, console, results, calls)."""
+    calls: list[tuple[str, dict]] = []
+    clock = [0.0]
+    monkeypatch.setattr(context.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(charts, "write_charts", lambda results, out_dir: [])
+
+    def run_task(task, params, bench_dir, name, timeout_seconds, memory_cap_mb=None):
+        calls.append((task, params))
+        clock[0] += task_seconds
+        (Path(bench_dir) / "logs").mkdir(parents=True, exist_ok=True)  # as run_task does
+        log = str(Path(bench_dir) / "logs" / f"{name}.log")
+        if task in failing:
+            return TaskOutcome("failed", None, 1.0, f"{task} broke", log)
+        return TaskOutcome("ok", _result(task, params), 1.0, None, log)
+
+    def mptfx_run(command, **kwargs):
+        clock[0] += 3.0
+        summary = {"status": "completed", "wall_seconds": 3.0,
+                   "components": {"Trainer": {"status": "completed", "seconds": 2.0}}}
+        return subprocess.CompletedProcess(command, 0, json.dumps(summary), "")
+
+    monkeypatch.setattr(context, "run_task", run_task)
+    monkeypatch.setattr(subprocess, "run", mptfx_run)
+    failing: set[str] = set()
+    task_seconds = 1.0
+
+    def run(fail=(), seconds=1.0, **options):
+        nonlocal task_seconds
+        failing.update(fail)
+        task_seconds = seconds
+        out = io.StringIO()
+        options = {"workspace": str(tmp_path), "quick": False, "sections": SECTIONS,
+                   "precisions": ("float32",), "xla": (False,), **options}
+        code = run_bench(BenchOptions(**options), out)
+        results = json.loads((tmp_path / "bench" / "results.json").read_text())
+        return code, out.getvalue(), results, calls
+
+    return run
+
+
+def test_every_section_runs_and_sends_its_tasks_their_dataclass(bench):
+    code, console, results, calls = bench(model_file="/models/mine.py")
+
+    assert code == 0, console
+    assert set(SECTIONS) <= set(results) and {"host", "data", "ingest"} <= set(results)
+    assert results["pipeline"]["seconds"] == 3.0
+    assert results["stock_tfx"]["ratio"] == pytest.approx(3.0)  # mptfx run 3 s, stock 1 s
+    assert 64 <= results["largest_batch"]["rows"][0]["largest"] <= 80  # probes fit to 80
+    for heading in ("### Training throughput", "### auto check", "### Largest batch",
+                    "### Input pipeline", "### Trainer overhead", "### Publication",
+                    "### Pipeline", "### Default `mptfx run` vs a stock TFX", "### Verdicts"):
+        assert heading in console  # the results.md it wrote, printed
+    for task, params in calls:  # each parameter once, as its dataclass names it
+        fields = {f.name for f in dataclasses.fields(sections.TASKS[task].params)}
+        assert set(params) == fields | {"user_model"}
+        assert params["user_model"]["module_file"] == "/models/mine.py"
+    assert {task for task, _ in calls} == set(sections.TASKS)
+
+
+def test_a_failed_host_ends_the_run_with_exit_1(bench):
+    code, console, results, calls = bench(fail={"host"})
+
+    assert code == 1
+    assert "  host failed: host broke" in console
+    assert [task for task, _ in calls] == ["host"]
+    assert "throughput" not in results and "verdicts" not in results
+
+
+def test_a_failed_task_is_exit_1_and_named_and_without_data_no_data_section_runs(bench):
+    code, console, results, _ = bench(fail={"prepare_data", "auto_choice"})
+
+    assert code == 1
+    assert "  data failed: prepare_data broke" in console
+    assert "FAILED auto-seed_cnn: auto_choice broke" in console
+    assert not {"input_pipeline", "overhead", "publication", "stock_tfx"} & set(results)
+    assert results["pipeline"]["status"] == "completed"
+
+
+def test_quick_skips_what_would_end_after_its_budget(bench):
+    code, console, results, calls = bench(quick=True, seconds=300.0,
+                                          sections=("throughput", "auto_check", "pipeline"))
+
+    assert code == 0
+    assert list(results["skipped_sections"]) == ["auto_check", "pipeline"]
+    assert "  auto_check: skipped: 900 s gone of the 780 s --quick budget" in console
+    assert [task for task, _ in calls] == ["host", "train_cell", "train_cell"]
