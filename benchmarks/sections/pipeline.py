@@ -15,6 +15,7 @@ from typing import Any
 
 from benchmarks.sections.base import Section, number, status_line
 from benchmarks.sections.context import Context
+from components.run_summary import RunSummary, SummaryError
 
 
 class Pipeline(Section):
@@ -34,10 +35,12 @@ class Pipeline(Section):
                 completed = subprocess.run(
                     command, stdout=subprocess.PIPE, stderr=log, text=True, timeout=timeout,
                 )
-            summary = json.loads(completed.stdout)
+            summary = RunSummary.parse(json.loads(completed.stdout), "mptfx run --json")
         except subprocess.TimeoutExpired:
             summary, completed = None, None
             error = f"timed out after {timeout:.0f} s"
+        except SummaryError as bad:
+            summary, error = None, str(bad)
         except ValueError:
             summary, error = None, f"no JSON summary on stdout (exit {completed.returncode})"
         section: dict[str, Any] = {
@@ -49,15 +52,15 @@ class Pipeline(Section):
             ctx.failures.append(f"pipeline: {section['error']}")
         else:
             section.update(
-                status=summary.get("status"),
-                wall_seconds=summary.get("wall_seconds"),
-                components={name: {"status": c.get("status"), "seconds": c.get("seconds")}
-                            for name, c in summary.get("components", {}).items()},
-                trainer_images_per_sec=(summary.get("trainer") or {}).get("images_per_sec"),
+                status=summary.status,
+                wall_seconds=summary.wall_seconds,
+                components={name: {"status": c.status, "seconds": c.seconds}
+                            for name, c in summary.components.items()},
+                trainer_images_per_sec=summary.trainer.images_per_sec,
             )
-            if summary.get("status") != "completed":
-                ctx.failures.append(f"pipeline: {summary.get('error')} (log: {log_path})")
-            ctx.say(f"    {summary.get('status')} in {summary.get('wall_seconds')} s")
+            if summary.status != "completed":
+                ctx.failures.append(f"pipeline: {summary.error} (log: {log_path})")
+            ctx.say(f"    {summary.status} in {summary.wall_seconds} s")
         ctx.store("pipeline", section)
 
     def table(self, results: dict[str, Any]) -> list[str]:

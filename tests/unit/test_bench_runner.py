@@ -90,7 +90,8 @@ def bench(monkeypatch, tmp_path):
 
     def mptfx_run(command, **kwargs):
         clock[0] += 3.0
-        summary = {"status": "completed", "wall_seconds": 3.0,
+        summary = {"status": "completed", "run_id": "r1", "summary_path": "summary.json",
+                   "wall_seconds": 3.0,
                    "components": {"Trainer": {"status": "completed", "seconds": 2.0}}}
         return subprocess.CompletedProcess(command, 0, json.dumps(summary), "")
 
