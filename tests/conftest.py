@@ -62,6 +62,16 @@ def mptfx_here(capsys, monkeypatch):
     return run
 
 
+@pytest.fixture
+def restore_dtype_policy():
+    """Keras' global dtype policy is put back after the test (the Trainer sets it)."""
+    import keras
+
+    previous = keras.mixed_precision.global_policy()
+    yield
+    keras.mixed_precision.set_dtype_policy(previous)
+
+
 @pytest.fixture(scope="module")
 def postgres():
     """A fresh database on the PostgreSQL server the CI started; dropped afterwards."""

@@ -152,13 +152,6 @@ def test_a_training_killed_after_epoch_1_resumes_at_epoch_2(examples_uri, tmp_pa
     assert not list((tmp_path / "backup").glob("*/*/latest.weights.h5"))
 
 
-@pytest.fixture
-def restore_dtype_policy():
-    previous = keras.mixed_precision.global_policy()
-    yield
-    keras.mixed_precision.set_dtype_policy(previous)
-
-
 def _seed_cnn(grad_accum_steps: int) -> keras.Model:
     keras.utils.set_random_seed(0)
     # Dropout would draw different masks for the two batchings: leave it out.

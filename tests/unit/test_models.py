@@ -10,13 +10,6 @@ import models
 from models import registry
 
 
-@pytest.fixture
-def restore_dtype_policy():
-    previous = keras.mixed_precision.global_policy()
-    yield
-    keras.mixed_precision.set_dtype_policy(previous)
-
-
 def test_seed_cnn_is_registered():
     assert "seed_cnn" in models.available_models()
 

@@ -42,13 +42,6 @@ def _gpu(major: int, minor: int, index: int = 0) -> DeviceDescription:
     return DeviceDescription("GPU", f"/physical_device:GPU:{index}", (major, minor))
 
 
-@pytest.fixture
-def restore_dtype_policy():
-    previous = keras.mixed_precision.global_policy()
-    yield
-    keras.mixed_precision.set_dtype_policy(previous)
-
-
 # --- auto precision ------------------------------------------------------------------
 
 

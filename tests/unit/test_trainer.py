@@ -117,13 +117,6 @@ def _convert_to_tflite(saved_model_dir: str) -> bytes:
     return converter.convert()
 
 
-@pytest.fixture
-def restore_dtype_policy():
-    previous = keras.mixed_precision.global_policy()
-    yield
-    keras.mixed_precision.set_dtype_policy(previous)
-
-
 @pytest.fixture(scope="module")
 def examples_uri(tmp_path_factory) -> str:
     return _write_digits_examples(str(tmp_path_factory.mktemp("digits")), NUM_IMAGES)
@@ -416,45 +409,6 @@ def test_serving_accepts_other_image_sizes_and_empty_batches(trained):
     assert empty["probabilities"].shape == (0, 10) and empty["class_name"].shape == (0,)
 
 
-def test_tfma_evaluates_the_serving_signature(trained, tmp_path):
-    import tensorflow_model_analysis as tfma
-
-    eval_config = tfma.EvalConfig(
-        model_specs=[
-            tfma.ModelSpec(
-                signature_name="serving_default",
-                label_key=LABEL_KEY,
-                prediction_key="probabilities",
-            )
-        ],
-        metrics_specs=[
-            tfma.MetricsSpec(metrics=[tfma.MetricConfig(class_name="SparseCategoricalAccuracy")])
-        ],
-        slicing_specs=[tfma.SlicingSpec()],
-    )
-    eval_shared_model = tfma.default_eval_shared_model(
-        eval_saved_model_path=trained.serving_model_dir, eval_config=eval_config
-    )
-    result = tfma.run_model_analysis(
-        eval_shared_model=eval_shared_model,
-        eval_config=eval_config,
-        data_location=trained.eval_files[0],
-        file_format="tfrecords",
-        output_path=str(tmp_path),
-    )
-    metrics = result.slicing_metrics[0][1][""][""]
-    tfma_accuracy = metrics["sparse_categorical_accuracy"]["doubleValue"]
-
-    serialized = _serialized(trained.eval_files)
-    labels = [
-        tf.train.Example.FromString(s).features.feature[LABEL_KEY].int64_list.value[0]
-        for s in serialized
-    ]
-    loaded = tf.saved_model.load(trained.serving_model_dir)
-    class_ids = loaded.signatures["serving_default"](examples=tf.constant(serialized))["class_id"]
-    assert tfma_accuracy == pytest.approx(np.mean(class_ids.numpy() == np.array(labels)))
-
-
 def test_mixed_float16_training_exports_a_float32_tflite_ready_model(examples_uri, tmp_path):
     fn_args = _fn_args(
         examples_uri, str(tmp_path), epochs=1, precision="mixed_float16", input_size=[8, 8]
@@ -583,39 +537,3 @@ def test_an_unsafe_model_fails_before_training(examples_uri, tmp_path):
     assert not os.path.exists(os.path.join(fn_args.model_run_dir, "logs"))  # no step ran
 
 
-@pytest.fixture(scope="module")
-def volumes_uri(tmp_path_factory) -> str:
-    """Synthetic 8x8x8 volumes through the real ingest."""
-    from components.ingest.ingest import ingest
-    from pipelines.volumes import export_volumes
-
-    root = tmp_path_factory.mktemp("volumes")
-    source = export_volumes(root / "source", per_class=12, shape=(8, 8, 8))
-    ingest(str(source), str(root / "examples"), str(root / "quarantine.json"))
-    return str(root / "examples")
-
-
-def test_unet3d_trains_on_volumes_and_serves_masks(volumes_uri, tmp_path):
-    fn_args = _fn_args(volumes_uri, str(tmp_path), model="unet3d", input_size=[8, 8],
-                       batch_size=4, precision="float32", epochs=2)
-    module.run_fn(fn_args)
-    summary = _summary(fn_args)
-    assert summary["task"] == "segmentation" and summary["input_shape"] == [8, 8, 8, 1]
-    assert {"loss", "dice", "val_loss", "val_dice"} <= set(summary["history"])
-    assert summary["dice"] == summary["history"]["val_dice"][-1]
-    assert 0.0 <= summary["dice"] <= 1.0
-
-    served = tf.saved_model.load(fn_args.serving_model_dir)
-    assert set(served.signatures) == {"serving_default", "predict_volumes", "predict_normalized"}
-    serialized = _serialized(fn_args.eval_files)[:3]
-    by_example = served.signatures["serving_default"](examples=tf.constant(serialized))
-    assert by_example["probabilities"].shape == (3, 512)  # flat, like the `mask` feature
-    assert by_example["mask"].shape == (3, 8, 8, 8)
-    volumes = tf.zeros([2, 8, 8, 8, 1], tf.uint8)
-    assert served.signatures["predict_volumes"](volumes=volumes)["mask"].shape == (2, 8, 8, 8)
-
-
-def test_volumes_need_the_slice_size_as_input_size(volumes_uri, tmp_path):
-    fn_args = _fn_args(volumes_uri, str(tmp_path), model="unet3d", input_size=[16, 16])
-    with pytest.raises(ValueError, match=r"input_size=\[16, 16\].*model.input_size=\[8,8\]"):
-        module.run_fn(fn_args)

@@ -18,13 +18,6 @@ EXAMPLE = REPO / "examples" / "my_model.py"
 LSTM_FILE = REPO / "tests" / "data" / "user_models" / "lstm_rows.py"
 
 
-@pytest.fixture
-def restore_dtype_policy():
-    previous = keras.mixed_precision.global_policy()
-    yield
-    keras.mixed_precision.set_dtype_policy(previous)
-
-
 def test_staged_copy_is_named_by_content_and_changes_with_it(tmp_path):
     source = tmp_path / "my_model.py"
     source.write_text(EXAMPLE.read_text())
