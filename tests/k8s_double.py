@@ -347,3 +347,31 @@ def api_error(status, reason, message):
     error = ApiException(status=status, reason=reason)
     error.body = json.dumps({"kind": "Status", "message": message, "reason": reason})
     return error
+
+
+def assert_same_outcome(replay: dict, nodes: dict, local_nodes: dict, local) -> None:
+    """The replayed run (its ML Metadata `nodes`) did what the local baseline did: the same
+    node states and output counts, the same data, a blessed model pushed as version 1 into
+    the replay's workspace, the same TF Lite variants and the same schema."""
+    from pipelines.summary import build_summary
+
+    assert {n: info["state"] for n, info in nodes.items()} == \
+        {n: info["state"] for n, info in local_nodes.items()}
+    assert set(nodes) == set(local_nodes) and len(nodes) == 10
+    for node, info in nodes.items():  # same outputs, node by node: keys and counts
+        assert {k: len(v) for k, v in info["outputs"].items()} == \
+            {k: len(v) for k, v in local_nodes[node]["outputs"].items()}, node
+    replayed = build_summary(nodes, {}, {"status": "completed", "run_id": replay["run_id"],
+                                         "summary_path": "not written"})
+    assert replayed.data.images == local.data.images == 400
+    assert replayed.data.split_counts == local.data.split_counts
+    assert replayed.eval.blessed is local.eval.blessed is True
+    assert abs(replayed.eval.accuracy - local.eval.accuracy) < 0.1
+    assert replayed.pushed.pushed is local.pushed.pushed is True
+    assert replayed.pushed.version == local.pushed.version == "1"
+    assert Path(replayed.pushed.path, "saved_model.pb").exists()
+    assert Path(replayed.pushed.path).is_relative_to(replay["workspace"])
+    assert set(replayed.tflite) == set(local.tflite) and replayed.tflite["fp32"].published
+    schemas = [Path(n["SchemaGen"]["outputs"]["schema"][0].uri, "schema.pbtxt").read_text()
+               for n in (nodes, local_nodes)]
+    assert schemas[0] == schemas[1]

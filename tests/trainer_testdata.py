@@ -88,6 +88,20 @@ def make_fn_args(fields: dict, light: bool = False):
     return tfx.components.FnArgs(**fields)
 
 
+def train_mixed_serving(root: str, count: int = 300):
+    """`train_and_export` under mixed_bfloat16 (the reduced precision this CPU runs at a
+    usable speed), 3 epochs, with `export.serving_precision: mixed`, on `count` digits
+    written under `root`; returns (fn_args, result, examples_uri)."""
+    from components.trainer import module
+
+    examples_uri = write_digits_examples(root, count)
+    fields = fn_args_dict(examples_uri, os.path.join(root, "out"), epochs=3,
+                          precision="mixed_bfloat16", xla="off", autotune="off")
+    fields["custom_config"]["export"]["serving_precision"] = "mixed"
+    fn_args = make_fn_args(fields)
+    return fn_args, module.train_and_export(fn_args), examples_uri
+
+
 def _kill_after_epoch(epoch_number: int) -> None:
     """Makes the Trainer's BackupAndRestore SIGKILL this process right after it has saved
     epoch `epoch_number` (1-based): a preempted worker, at a known point."""

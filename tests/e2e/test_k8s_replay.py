@@ -26,6 +26,7 @@ from tests.k8s_double import (
     REPO,
     SMALL,
     ProcessCluster,
+    assert_same_outcome,
     connection,
     k8s_overrides,
     submit,
@@ -45,7 +46,8 @@ def replay(postgres, tmp_path_factory):
     cluster = ProcessCluster({("mptfx-postgres", "password"): postgres["password"]}, tmp)
     report, location, out = submit(config, ir, run_id, cluster, tmp)
     return {"config": config, "ir": ir, "run_id": run_id, "report": report, "ir_uri": location,
-            "out": out, "cluster": cluster, "tmp": tmp}
+            "out": out, "cluster": cluster, "tmp": tmp,
+            "workspace": Path(config.kubernetes.workspace)}
 
 
 def _replay_outputs(replay, postgres):
@@ -72,28 +74,8 @@ def test_replay_runs_every_node_as_its_own_process_in_the_runners_order(replay):
 
 def test_replay_produces_the_same_artifacts_and_blessing_as_the_local_run(replay, local_run,
                                                                            postgres):
-    from pipelines.summary import build_summary
-
     local_nodes, local = local_run
-    nodes = _replay_outputs(replay, postgres)
-    assert {n: info["state"] for n, info in nodes.items()} == \
-        {n: info["state"] for n, info in local_nodes.items()}
-    assert set(nodes) == set(local_nodes) and len(nodes) == 10
-    for node, info in nodes.items():  # same outputs, node by node: keys and counts
-        assert _shape(info) == _shape(local_nodes[node]), node
-    replayed = build_summary(nodes, {}, {"status": "completed", "run_id": replay["run_id"],
-                                         "summary_path": "not written"})
-    assert replayed.data.images == local.data.images == 400
-    assert replayed.data.split_counts == local.data.split_counts
-    assert replayed.eval.blessed is local.eval.blessed is True
-    assert abs(replayed.eval.accuracy - local.eval.accuracy) < 0.1
-    assert replayed.pushed.pushed is local.pushed.pushed is True
-    assert replayed.pushed.version == local.pushed.version == "1"
-    assert Path(replayed.pushed.path, "saved_model.pb").exists()
-    assert set(replayed.tflite) == set(local.tflite) and replayed.tflite["fp32"].published
-    schemas = [Path(n["SchemaGen"]["outputs"]["schema"][0].uri, "schema.pbtxt").read_text()
-               for n in (nodes, local_nodes)]
-    assert schemas[0] == schemas[1]
+    assert_same_outcome(replay, _replay_outputs(replay, postgres), local_nodes, local)
 
 
 def test_the_driver_records_the_replayed_run_in_mlflow(replay, postgres, monkeypatch, tmp_path):
@@ -157,11 +139,6 @@ def test_cluster_retraining_sees_the_submitted_run_and_does_nothing(replay, post
                      str(REPO / "configs/local.yaml"), *sets]) == 0
     out = capsys.readouterr().out
     assert "since the last training; nothing to do" in out, out
-
-
-def _shape(info: dict) -> dict[str, int]:
-    """Output key -> number of artifacts (type ids differ between two databases)."""
-    return {key: len(artifacts) for key, artifacts in info["outputs"].items()}
 
 
 def test_rerunning_a_finished_node_does_nothing(replay, postgres):

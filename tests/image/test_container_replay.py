@@ -21,7 +21,15 @@ from pathlib import Path
 import pytest
 from containers import Container, container_env, empty_dir, pod_volume
 
-from tests.k8s_double import REPO, SMALL, ProcessCluster, connection, k8s_overrides, submit
+from tests.k8s_double import (
+    REPO,
+    SMALL,
+    ProcessCluster,
+    assert_same_outcome,
+    connection,
+    k8s_overrides,
+    submit,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -110,27 +118,9 @@ def test_every_job_runs_its_container_in_the_image_in_the_runners_order(replay):
 
 def test_the_image_replay_matches_the_local_runs_artifacts_and_blessing(replay, local_run,
                                                                         postgres):
-    from pipelines.summary import build_summary, collect_outputs
+    from pipelines.summary import collect_outputs
 
     local_nodes, local = local_run
     nodes = collect_outputs(connection(postgres), replay["config"].pipeline.name,
                             replay["run_id"])
-    assert {n: info["state"] for n, info in nodes.items()} == \
-        {n: info["state"] for n, info in local_nodes.items()}
-    for node, info in nodes.items():  # same outputs, node by node: keys and counts
-        assert {k: len(v) for k, v in info["outputs"].items()} == \
-            {k: len(v) for k, v in local_nodes[node]["outputs"].items()}, node
-    replayed = build_summary(nodes, {}, {"status": "completed", "run_id": replay["run_id"],
-                                         "summary_path": "not written"})
-    assert replayed.data.images == local.data.images == 400
-    assert replayed.data.split_counts == local.data.split_counts
-    assert replayed.eval.blessed is local.eval.blessed is True
-    assert abs(replayed.eval.accuracy - local.eval.accuracy) < 0.1
-    assert replayed.pushed.pushed is local.pushed.pushed is True
-    assert replayed.pushed.version == local.pushed.version == "1"
-    assert Path(replayed.pushed.path, "saved_model.pb").exists()
-    assert Path(replayed.pushed.path).is_relative_to(replay["workspace"])
-    assert replayed.tflite["fp32"].published
-    schemas = [Path(n["SchemaGen"]["outputs"]["schema"][0].uri, "schema.pbtxt").read_text()
-               for n in (nodes, local_nodes)]
-    assert schemas[0] == schemas[1]
+    assert_same_outcome(replay, nodes, local_nodes, local)

@@ -17,7 +17,12 @@ from components.examples_format import COMPRESSION, LABEL_KEY
 from components.ingest.listing import compute_input_fingerprint
 from components.trainer import data as data_lib
 from components.trainer import module
-from tests.trainer_testdata import fn_args_dict, make_fn_args, write_digits_examples
+from tests.trainer_testdata import (
+    fn_args_dict,
+    make_fn_args,
+    train_mixed_serving,
+    write_digits_examples,
+)
 
 NUM_IMAGES = 300
 
@@ -51,14 +56,7 @@ def trained(tmp_path_factory):
 @pytest.fixture(scope="module")
 def mixed(tmp_path_factory):
     """run_fn under mixed_bfloat16 with `export.serving_precision: mixed`."""
-    root = str(tmp_path_factory.mktemp("mixed"))
-    examples_uri = write_digits_examples(root, NUM_IMAGES)
-    fields = fn_args_dict(examples_uri, os.path.join(root, "out"), epochs=3,
-                          precision="mixed_bfloat16", xla="off", autotune="off")
-    fields["custom_config"]["export"]["serving_precision"] = "mixed"
-    fn_args = make_fn_args(fields)
-    module.run_fn(fn_args)
-    return fn_args, None, examples_uri
+    return train_mixed_serving(str(tmp_path_factory.mktemp("mixed")), NUM_IMAGES)
 
 
 def test_statistics_gen_and_schema_gen_read_the_output(tmp_path):

@@ -15,9 +15,10 @@ from tfx.types import standard_artifacts
 
 from components.tflite.component import export_tflite_models, tflite_source_dir
 from components.tflite.convert import reduced_precision_dtypes
-from components.trainer import module
 from components.trainer.export import FLOAT32_DIR, float32_model_dir
-from tests.trainer_testdata import fn_args_dict, make_fn_args, write_digits_examples
+from tests.trainer_testdata import (
+    train_mixed_serving,
+)
 
 NUM_IMAGES = 300
 
@@ -26,14 +27,7 @@ NUM_IMAGES = 300
 def mixed(tmp_path_factory):
     """run_fn under mixed_bfloat16 (the reduced precision this CPU runs at a usable speed)
     with `export.serving_precision: mixed`."""
-    root = str(tmp_path_factory.mktemp("mixed"))
-    examples_uri = write_digits_examples(root, NUM_IMAGES)
-    fields = fn_args_dict(examples_uri, os.path.join(root, "out"), epochs=3,
-                          precision="mixed_bfloat16", xla="off", autotune="off")
-    fields["custom_config"]["export"]["serving_precision"] = "mixed"
-    fn_args = make_fn_args(fields)
-    result = module.train_and_export(fn_args)
-    return fn_args, result, examples_uri
+    return train_mixed_serving(str(tmp_path_factory.mktemp("mixed")), NUM_IMAGES)
 
 
 def _images(count: int) -> np.ndarray:
