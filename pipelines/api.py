@@ -222,6 +222,9 @@ def _run(
 
     progress = RunProgress()
     error: BaseException | None = None
+    # MLflow's import and store while the components run; started after TFX and Beam are
+    # imported here, so the two threads never import the same heavy packages at once.
+    tracking_ready = tracking.prepare(tracking_store)
     try:
         run_locally(pipeline, run_id, on_event, progress)
     except KeyboardInterrupt:
@@ -242,5 +245,5 @@ def _run(
     if plan.after_run is not None and error is None:
         plan.after_run(summary)
     summary.write()
-    tracking.log_run(tracking_store, summary, out)  # sets summary.mlflow, rewrites the file
+    tracking.log_run(tracking_store, summary, out, tracking_ready)  # sets summary.mlflow
     return summary, isinstance(error, KeyboardInterrupt)

@@ -1,8 +1,9 @@
 """MLflow tracking for mptfx, behind two calls the CLI makes around a pipeline run.
 
     store = tracking.resolve_store(config, workspace.root, out)   # before anything trains
+    warm = tracking.prepare(store)                                # the store, meanwhile
     ...                                                           # the pipeline runs
-    tracking.log_run(store, summary, out)                         # after summary.json
+    tracking.log_run(store, summary, out, warm)                   # after summary.json
 
 `resolve_store` picks the store (`tracking.uri`, else MLFLOW_TRACKING_URI, else
 `sqlite:///<workspace>/mlflow.db`) and checks that a server answers: unreachable means one
@@ -17,6 +18,8 @@ Nothing here imports MLflow or TensorFlow at import time.
 
 from __future__ import annotations
 
+import logging
+import threading
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -25,7 +28,11 @@ from components.run_summary import RunSummary
 from components.tracking import store as store_lib
 from components.tracking.store import TrackingStore, is_local_uri, server_host
 
-__all__ = ["TrackingStore", "log_run", "resolve_store"]
+__all__ = ["TrackingStore", "log_run", "prepare", "resolve_store"]
+
+# How long log_run waits for `prepare` before going on without it (sqlite migrations take
+# seconds; a store that takes minutes is reported by log_run's own attempt).
+PREPARE_WAIT_SECONDS = 300.0
 
 
 def resolve_store(config: Any, workspace_root: Path, out: TextIO) -> TrackingStore:
@@ -41,13 +48,40 @@ def resolve_store(config: Any, workspace_root: Path, out: TextIO) -> TrackingSto
     return store
 
 
-def log_run(store: TrackingStore, summary: RunSummary, out: TextIO) -> dict[str, Any]:
+def prepare(store: TrackingStore) -> threading.Thread | None:
+    """Import MLflow and create a local store's database (its schema migrations) in a
+    background thread while the pipeline runs, so `log_run` finds both ready: about ten
+    seconds of a first run's wall time off the critical path. Nothing is shared with the
+    main thread but the files; a failure here is only logged (log_run then meets it again
+    and reports it). A server store needs no preparing: None."""
+    if not is_local_uri(store.uri):
+        return None
+
+    def create_store() -> None:
+        try:
+            store_lib.mlflow_client(store.uri).search_experiments(max_results=1)
+        except Exception:  # log_run's own attempt reports it
+            logging.getLogger("mptfx").warning("preparing the MLflow store failed",
+                                               exc_info=True)
+
+    thread = threading.Thread(target=create_store, name="mptfx-mlflow-store", daemon=True)
+    thread.start()
+    return thread
+
+
+def log_run(store: TrackingStore, summary: RunSummary, out: TextIO,
+            prepared: threading.Thread | None = None) -> dict[str, Any]:
     """Record the finished run in MLflow, set `summary.mlflow`, rewrite summary.json.
 
-    Returns the `mlflow` section: run_id, experiment, tracking_uri, run_url, registered_model
-    (and pending_sync_to / sync_command when the run went to the local store instead).
+    `prepared`: the thread `prepare(store)` started; it is awaited first, so only one
+    thread ever migrates the store. Returns the `mlflow` section: run_id, experiment,
+    tracking_uri, run_url, registered_model (and pending_sync_to / sync_command when the
+    run went to the local store instead).
     """
     from components.tracking.recorder import record_pipeline_run
+
+    if prepared is not None:
+        prepared.join(PREPARE_WAIT_SECONDS)
 
     try:
         section = record_pipeline_run(store, summary)

@@ -29,10 +29,10 @@ def _store(workspace: Path, **changes) -> TrackingStore:
     return TrackingStore(**settings)
 
 
-def _log(store: TrackingStore, summary: RunSummary) -> tuple[dict, str]:
+def _log(store: TrackingStore, summary: RunSummary, prepared=None) -> tuple[dict, str]:
     Path(summary.summary_path).parent.mkdir(parents=True, exist_ok=True)
     out = io.StringIO()
-    section = tracking.log_run(store, summary, out)
+    section = tracking.log_run(store, summary, out, prepared)
     return section, out.getvalue()
 
 
@@ -200,3 +200,18 @@ def test_compare_last_n_picks_the_newest_runs_of_the_newest_experiment(mptfx_her
     assert [row["blessed"] for row in data["runs"]] == [True, False]
     assert Path(data["plot"]).parent == workspace / "compare"
     assert Path(data["plot"]).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_the_store_is_prepared_in_the_background_and_the_run_recorded_into_it(tmp_path):
+    """`prepare` (what run_pipeline starts before the components run) creates the local
+    store's database in another thread; `log_run` waits for it and records the run there."""
+    workspace = tmp_path / "fresh"
+    store = _store(workspace)
+    thread = tracking.prepare(store)
+    assert thread is not None and thread.name == "mptfx-mlflow-store"
+    thread.join(120)
+    assert not thread.is_alive() and (workspace / "mlflow.db").stat().st_size > 0
+    section, printed = _log(store, fake_summary(tmp_path / "run"), prepared=thread)
+    assert mlflow_client(local_store_uri(workspace)).get_run(section["run_id"])
+    assert printed.count("warning") == 0
+    assert tracking.prepare(_store(workspace, uri="http://127.0.0.1:5000")) is None
