@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from components.run_summary import RunSummary
+
 pytestmark = pytest.mark.e2e
 
 REPO = Path(__file__).resolve().parents[2]
@@ -32,8 +34,10 @@ def _run(mptfx, workspace: Path, *settings: str):
 @pytest.fixture(scope="module")
 def bfloat16_run(mptfx, tmp_path_factory):
     workspace = tmp_path_factory.mktemp("bf16")
+    # Served as trained (export.serving_precision: mixed); TF Lite converts the float32 rebuild.
     return workspace, _run(mptfx, workspace, f"model.module_file={EXAMPLE}",
-                           "trainer.precision=mixed_bfloat16", "trainer.epochs=8")
+                           "trainer.precision=mixed_bfloat16", "trainer.epochs=8",
+                           "export.serving_precision=mixed")
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +48,7 @@ def float16_run(mptfx, tmp_path_factory):
                            "tracking.register_model=false")
 
 
-def _assert_blessed_exported_and_converted(summary: dict, policy: str) -> None:
+def _assert_blessed_exported_and_converted(summary: RunSummary, policy: str) -> None:
     assert summary.status == "completed"
     assert summary.trainer.precision == policy
     assert summary.trainer.lint == "passed"
@@ -58,6 +62,24 @@ def _assert_blessed_exported_and_converted(summary: dict, policy: str) -> None:
 
 def test_custom_layer_model_trains_blessed_and_converts_under_bfloat16(bfloat16_run):
     _assert_blessed_exported_and_converted(bfloat16_run[1].summary, "mixed_bfloat16")
+
+
+def test_serving_precision_mixed_pushes_the_bfloat16_graph_with_float32_outputs(bfloat16_run):
+    """`mptfx run --set export.serving_precision=mixed`: TF Serving gets the graph as it
+    trained (bfloat16 ops inside, float32 probabilities out); TF Lite's fp32 variant above
+    came from the float32 rebuild beside it."""
+    import numpy as np
+    import tensorflow as tf
+
+    from components.tflite.convert import reduced_precision_dtypes
+
+    summary = bfloat16_run[1].summary
+    assert summary.config["export"]["serving_precision"] == "mixed"
+    assert reduced_precision_dtypes(summary.pushed.path) == ["bfloat16"]
+    served = tf.saved_model.load(summary.pushed.path).signatures["predict_images"]
+    probabilities = served(images=tf.zeros([3, 8, 8, 1], tf.uint8))["probabilities"]
+    assert probabilities.dtype == tf.float32
+    np.testing.assert_allclose(probabilities.numpy().sum(axis=1), 1.0, atol=1e-2)
 
 
 def test_custom_layer_model_trains_blessed_and_converts_under_float16(float16_run):
