@@ -65,7 +65,7 @@ def _assert_completed(summary: RunSummary, components: set[str]) -> None:
     assert summary.status == "completed"
     assert set(summary.components) == components
     for name, info in summary.components.items():
-        assert info["status"] in ("completed", "cached"), name
+        assert info.status in ("completed", "cached"), name
 
 
 CLASSIFICATION = {"Ingest", "StatisticsGen", "SchemaGen", "ExampleValidator",

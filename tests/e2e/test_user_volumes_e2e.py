@@ -70,11 +70,11 @@ def test_user_volumes_train_the_unet_above_the_dice_floor(volumes_run):
 
 
 def test_broken_pairs_are_quarantined_with_their_reason(volumes_run):
-    data = volumes_run["data"]
-    assert data["images"] == 2 * PER_CLASS + 2 and data["quarantined"] == 2
-    report = json.loads(Path(data["quarantine_report"]).read_text())
+    data = volumes_run.data
+    assert data.images == 2 * PER_CLASS + 2 and data.quarantined == 2
+    report = json.loads(Path(data.quarantine_report).read_text())
     reasons = {entry["path"]: entry["reason"] for entry in report["files"]}
     assert reasons["cube/unpaired.npy"] == "no mask unpaired_mask.npy beside it"
     assert "mask shape (8, 16, 16) differs from volume shape (16, 16, 16)" in \
         reasons["sphere/odd.nii.gz"]
-    assert sum(data["split_counts"].values()) == 2 * PER_CLASS
+    assert sum(data.split_counts.values()) == 2 * PER_CLASS
