@@ -21,6 +21,9 @@ REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "my_model.py"
 LSTM_FILE = REPO / "tests" / "data" / "user_models" / "lstm_rows.py"
 TINY = ["--set", "model.input_size=[8,8]", "--set", "tflite.variants=[fp32]"]
+# Served as trained (export.serving_precision: mixed); TF Lite converts the float32 rebuild.
+BFLOAT16_SETTINGS = (f"model.module_file={EXAMPLE}", "trainer.precision=mixed_bfloat16",
+                     "trainer.epochs=8", "export.serving_precision=mixed")
 
 
 def _run(mptfx, workspace: Path, *settings: str):
@@ -34,10 +37,7 @@ def _run(mptfx, workspace: Path, *settings: str):
 @pytest.fixture(scope="module")
 def bfloat16_run(mptfx, tmp_path_factory):
     workspace = tmp_path_factory.mktemp("bf16")
-    # Served as trained (export.serving_precision: mixed); TF Lite converts the float32 rebuild.
-    return workspace, _run(mptfx, workspace, f"model.module_file={EXAMPLE}",
-                           "trainer.precision=mixed_bfloat16", "trainer.epochs=8",
-                           "export.serving_precision=mixed")
+    return workspace, _run(mptfx, workspace, *BFLOAT16_SETTINGS)
 
 
 @pytest.fixture(scope="module")
@@ -112,8 +112,7 @@ def test_mlflow_run_records_the_model_file_name_and_hash(bfloat16_run):
 
 def test_unchanged_model_file_reuses_the_cached_trainer(mptfx, bfloat16_run):
     workspace, _ = bfloat16_run
-    again = _run(mptfx, workspace, f"model.module_file={EXAMPLE}",
-                 "trainer.precision=mixed_bfloat16", "trainer.epochs=8")
+    again = _run(mptfx, workspace, *BFLOAT16_SETTINGS)
     assert again.summary.components["Trainer"].status == "cached"
 
 
