@@ -66,7 +66,7 @@ def load_cluster_config(args: argparse.Namespace, check_model: bool = False) -> 
                          f"multi_worker. Received: trainer.strategy={trainer.strategy}")
     if not check_model:
         return config
-    from pipelines.run_command import check_model_file
+    from pipelines.api import check_model_file
 
     # A user's model file is imported and built here, before any object reaches the cluster:
     # a refusal costs seconds here instead of a pod start and an Ingest there.

@@ -24,14 +24,13 @@ from pipelines.api import (
     Planner,
     RunInterrupted,
     WorkspaceInUse,
-    check_model_file,
     log_path_of,
     run_pipeline,
 )
 from pipelines.console import one_line
 from pipelines.workspace import new_run_id
 
-__all__ = ["add_run_arguments", "check_model_file", "command_run"]
+__all__ = ["add_run_arguments", "command_run"]
 
 
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:

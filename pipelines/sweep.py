@@ -106,7 +106,8 @@ def run_sweep(
     """Run the points one after another; returns them and the sweep's exit code.
 
     A usage error (a bad key or value) stops the sweep, since every later point would fail
-    the same way; a failed run does not. Ctrl-C stops it after the interrupted point.
+    the same way; a failed run does not, nor a point skipped because another run holds the
+    workspace. Ctrl-C stops it after the interrupted point.
     """
     from pipelines.api import RunInterrupted, WorkspaceInUse, run_pipeline
 
@@ -119,8 +120,9 @@ def run_sweep(
         try:
             point.summary = run_pipeline(config, workspace, data, overrides=overrides,
                                          console_fd=2, command="sweep")
-        except WorkspaceInUse as busy:
-            raise UsageError(str(busy)) from None
+        except WorkspaceInUse as busy:  # as `mptfx run` says it: one line, not a failure
+            report(str(busy))
+            continue
         except RunInterrupted as interrupted:
             point.summary = interrupted.summary
             return done, EXIT_INTERRUPTED
