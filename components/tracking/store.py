@@ -228,7 +228,11 @@ def mlflow_client(uri: str) -> Any:
     for name in ("mlflow", "alembic"):
         logging.getLogger(name).setLevel(logging.WARNING)
     if uri.startswith("sqlite:///"):
-        Path(uri[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+        from components.tracking import sqlite_seed
+
+        database = Path(uri[len("sqlite:///"):])
+        database.parent.mkdir(parents=True, exist_ok=True)
+        sqlite_seed.seed(database)  # a fresh workspace skips MLflow's migrations
     # A database URI stored without its password (redacted) gets it back from
     # MLFLOW_TRACKING_PASSWORD here, in memory only.
     uri = with_credentials(uri, os.environ)
