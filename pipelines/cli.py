@@ -15,6 +15,7 @@ the shared pieces are in run_command, console, data_source and workspace.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from benchmarks import commands as bench_commands
@@ -23,10 +24,12 @@ from components.redact import redact_text
 from components.tracking import commands as tracking_commands
 from pipelines import doctor, k8s_commands, retrain, serve_commands, sweep
 from pipelines.run_command import add_run_arguments, command_run
+from pipelines.standby import client as standby_client
+from pipelines.standby import commands as standby_commands
 
 # In the order of `mptfx --help`.
 COMMAND_MODULES = [retrain, k8s_commands, tracking_commands, sweep, bench_commands, doctor,
-                   serve_commands]
+                   serve_commands, standby_commands]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -46,7 +49,26 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the `mptfx` console script; returns the process exit code."""
+    """Entry point of the `mptfx` console script; returns the process exit code.
+
+    From the command line (`argv` None), `run` and `sweep` go to the warm standby process
+    when one is ready (pipelines/standby), and a standby is started for the next one.
+    """
+    if argv is not None:
+        return dispatch(argv)
+    argv = sys.argv[1:]
+    code = standby_client.run_in_standby(argv)
+    if code is not None:
+        standby_client.start()
+        return code
+    environ = dict(os.environ)  # as started: a run sets TensorFlow's variables
+    code = dispatch(argv)
+    standby_client.after_cold_run(argv, environ)
+    return code
+
+
+def dispatch(argv: list[str]) -> int:
+    """Parse `argv` and run its sub-command in this process."""
     args = build_parser().parse_args(argv)
     try:
         return args.handler(args)

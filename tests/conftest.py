@@ -17,6 +17,10 @@ import pytest
 from components.run_summary import RunSummary
 
 REPO = Path(__file__).resolve().parents[1]
+# Every `mptfx` a test starts runs in its own fresh process, as it did before the warm
+# standby existed, and leaves none behind; tests/e2e/test_standby_e2e.py switches it on in
+# a folder of its own.
+os.environ["MPTFX_STANDBY"] = "off"
 
 
 @dataclass

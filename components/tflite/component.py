@@ -43,7 +43,7 @@ from components.tflite.convert import (
     reduced_precision_dtypes,
 )
 from components.tflite.data import load_split_images
-from components.tflite.parity import check_parity
+from components.tflite.parity import check_parity, savedmodel_predictions
 from components.tflite.publish import commit_version, new_staging_dir, prune_versions
 from components.trainer.export import FLOAT32_DIR, float32_model_dir
 
@@ -194,6 +194,9 @@ def export_tflite_models(
             limit=representative_samples,
         )
 
+    # One load and one set of SavedModel predictions for every variant.
+    loaded = tf.saved_model.load(saved_model_dir)
+    reference = savedmodel_predictions(saved_model_dir, eval_images, loaded=loaded)
     report = {}
     for variant in variants:
         try:
@@ -202,6 +205,7 @@ def export_tflite_models(
                 variant,
                 representative_images=representative_images,
                 uint8_io=uint8_io and variant == "int8",
+                loaded=loaded,
             )
         except Exception as error:
             # One unconvertible variant (an op without an int8 kernel, say) must not stop
@@ -210,7 +214,8 @@ def export_tflite_models(
             report[variant] = _conversion_failure(error)
             continue
         _write_atomically(os.path.join(output_dir, f"{variant}.tflite"), tflite_model)
-        result = check_parity(tflite_model, variant, saved_model_dir, eval_images, eval_labels)
+        result = check_parity(tflite_model, variant, saved_model_dir, eval_images, eval_labels,
+                              reference=reference)
         published_path = None
         if result.passed:
             tf.io.gfile.makedirs(publish_version_dir)

@@ -96,6 +96,7 @@ def convert(
     variant: str,
     representative_images: np.ndarray | None = None,
     uint8_io: bool = False,
+    loaded: tf.Module | None = None,
 ) -> bytes:
     """Converts the SavedModel's `predict_normalized` signature to a TF Lite model.
 
@@ -107,6 +108,8 @@ def convert(
             required for `int8`, ignored otherwise. 100-200 are enough.
         uint8_io: for `int8` only: make the model take and return uint8 instead of int8,
             as microcontroller and Edge TPU pipelines expect.
+        loaded: `tf.saved_model.load(saved_model_dir)` when the caller has it already
+            (one load for every variant).
 
     Returns:
         The TF Lite flatbuffer.
@@ -124,7 +127,7 @@ def convert(
             f"uint8_io applies to the full-integer 'int8' variant only; received "
             f"variant={variant!r}."
         )
-    converter = _signature_converter(saved_model_dir)
+    converter = _signature_converter(saved_model_dir, loaded)
     if variant == "fp16":
         converter.optimizations = [tf.lite.Optimize.DEFAULT]
         converter.target_spec.supported_types = [tf.float16]
@@ -143,7 +146,8 @@ def convert(
     return converter.convert()
 
 
-def _signature_converter(saved_model_dir: str) -> tf.lite.TFLiteConverter:
+def _signature_converter(saved_model_dir: str, loaded: tf.Module | None = None
+                         ) -> tf.lite.TFLiteConverter:
     """A converter for `predict_normalized`, with the batch dimension fixed to 1.
 
     `TFLiteConverter.from_saved_model(dir, signature_keys=[...])` aborts the whole process
@@ -158,7 +162,7 @@ def _signature_converter(saved_model_dir: str) -> tf.lite.TFLiteConverter:
     `serving_default` (input `images` `[1, H, W, C]`, output `probabilities` `[1, K]`),
     the key TF Lite runtimes use by default.
     """
-    loaded, signature_input = _load_signature(saved_model_dir)
+    loaded, signature_input = _load_signature(saved_model_dir, loaded)
     predict = loaded.signatures[SIGNATURE_KEY]
     single_image = tf.TensorSpec(
         [1, signature_input.height, signature_input.width, signature_input.channels],
@@ -175,9 +179,12 @@ def _signature_converter(saved_model_dir: str) -> tf.lite.TFLiteConverter:
     )
 
 
-def _load_signature(saved_model_dir: str) -> tuple[tf.Module, SignatureInput]:
-    """Loads the SavedModel and validates the input of its `predict_normalized` signature."""
-    loaded = tf.saved_model.load(saved_model_dir)
+def _load_signature(saved_model_dir: str, loaded: tf.Module | None = None
+                    ) -> tuple[tf.Module, SignatureInput]:
+    """Loads the SavedModel (unless `loaded` is it) and validates the input of its
+    `predict_normalized` signature."""
+    if loaded is None:
+        loaded = tf.saved_model.load(saved_model_dir)
     if SIGNATURE_KEY not in loaded.signatures:
         raise ValueError(
             f"SavedModel {saved_model_dir!r} has no {SIGNATURE_KEY!r} signature; it has "

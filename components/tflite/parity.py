@@ -73,6 +73,7 @@ def check_parity(
     images: np.ndarray,
     labels: np.ndarray,
     batch_size: int = 64,
+    reference: np.ndarray | None = None,
 ) -> ParityResult:
     """Compares a TF Lite model with the SavedModel's `predict_normalized` and gates it.
 
@@ -83,6 +84,8 @@ def check_parity(
         images: float32 `[N, H, W, C]` normalized eval images in [0, 1].
         labels: int `[N]` class indices.
         batch_size: SavedModel batch size.
+        reference: `savedmodel_predictions(saved_model_dir, images)` when the caller has
+            it already (the same for every variant).
 
     Returns:
         The comparison and the gate's verdict.
@@ -102,7 +105,10 @@ def check_parity(
             "images must be a non-empty [N, H, W, C] array with one label each; received "
             f"images {images.shape} and labels {labels.shape}."
         )
-    reference = savedmodel_predictions(saved_model_dir, images, batch_size)
+    if reference is None:
+        reference = savedmodel_predictions(saved_model_dir, images, batch_size)
+    elif len(reference) != len(images):
+        raise ValueError(f"reference has {len(reference)} classes for {len(images)} images.")
     predictions, latency_ms = tflite_predictions(tflite_model, images)
     agreement = float(np.mean(predictions == reference))
     accuracy = float(np.mean(predictions == labels))
@@ -147,10 +153,13 @@ def gate(variant: str, agreement: float, accuracy_delta: float) -> tuple[bool, s
 
 
 def savedmodel_predictions(
-    saved_model_dir: str, images: np.ndarray, batch_size: int = 64
+    saved_model_dir: str, images: np.ndarray, batch_size: int = 64,
+    loaded: tf.Module | None = None,
 ) -> np.ndarray:
-    """Top-1 classes of the SavedModel's `predict_normalized` signature, int64 `[N]`."""
-    predict = tf.saved_model.load(saved_model_dir).signatures[SIGNATURE_KEY]
+    """Top-1 classes of the SavedModel's `predict_normalized` signature, int64 `[N]`
+    (`loaded`: the SavedModel already loaded)."""
+    loaded = tf.saved_model.load(saved_model_dir) if loaded is None else loaded
+    predict = loaded.signatures[SIGNATURE_KEY]
     (input_name,) = predict.structured_input_signature[1]
     classes = []
     for start in range(0, len(images), batch_size):
