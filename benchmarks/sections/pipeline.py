@@ -73,12 +73,19 @@ def _standby(verb: str, env: dict[str, str]) -> tuple[int, str]:
     return completed.returncode, (completed.stdout + completed.stderr).strip()
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except OSError:
-        return False
-    return True
+def _gone_within(pid: int, seconds: float) -> bool:
+    """True once `pid` has exited (an unreaped zombie counts as exited)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                if stat.read().rpartition(")")[2].split()[0] == "Z":
+                    return True
+        except OSError:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.1)
 
 
 def _warm_run(ctx: Context, env: dict[str, str]) -> dict[str, Any]:
@@ -89,7 +96,7 @@ def _warm_run(ctx: Context, env: dict[str, str]) -> dict[str, Any]:
         return {"status": "failed", "error": f"no standby became ready: {said}"}
     pid = int(ready.group(1))
     result = _timed_run(ctx, "warm", env)
-    if _alive(pid):
+    if not _gone_within(pid, 15):  # a standby serves one command, then exits
         result.update(status="failed", error=f"the run did not go to standby pid {pid}")
     _standby("start", env)  # the one the run started for the next: ready, then stopped
     _standby("stop", env)

@@ -126,7 +126,7 @@ def start(quiet: bool = True, environ: dict[str, str] | None = None) -> int | No
         return None
     standby_key = standby.key(environ)
     socket_path, lock_path, log_path = standby.paths(folder, standby_key)
-    if _lock_held(lock_path):
+    if lock_held(lock_path):
         return None
     command = [sys.executable, *subprocess._args_from_interpreter_flags(), "-c",
                "import json, sys; sys.path[:] = json.loads(sys.argv[1]); "
@@ -152,13 +152,13 @@ def after_cold_run(argv: list[str], environ: dict[str, str]) -> None:
     folder = standby.standby_dir()
     if folder is None:
         return
-    from pipelines.standby.server import record_modules
+    from pipelines.standby.preload import record_modules
 
     record_modules(folder)
     start(quiet=False, environ=environ)
 
 
-def _lock_held(lock_path) -> bool:
+def lock_held(lock_path) -> bool:
     """True while a standby (starting or waiting) holds `lock_path`."""
     import fcntl
 
@@ -202,7 +202,7 @@ def wait_ready(timeout: float, pid: int | None = None) -> int | None:
         ready = ping(socket_path, max(0.1, deadline - time.monotonic()))
         if ready is not None:
             return ready
-        if time.monotonic() >= deadline or not (_alive(pid) or _lock_held(lock_path)):
+        if time.monotonic() >= deadline or not (_alive(pid) or lock_held(lock_path)):
             return None
         time.sleep(0.2)
 

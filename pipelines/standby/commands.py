@@ -45,7 +45,7 @@ def _standbys(folder) -> list[tuple[str, int]]:
     """(key, pid) of every standby holding its lock (starting or waiting)."""
     found = []
     for lock_path in sorted(folder.glob("*.lock")):
-        if client._lock_held(lock_path):
+        if client.lock_held(lock_path):
             try:
                 found.append((lock_path.stem, int(lock_path.read_text().split()[0])))
             except (OSError, ValueError, IndexError):

@@ -22,15 +22,14 @@ import signal
 import socket
 import struct
 import sys
-import sysconfig
 import threading
 import time
 import traceback
 from pathlib import Path
 
 from pipelines import standby
+from pipelines.standby.preload import preload_names, record_modules
 
-PRELOAD_FILE = "preload-modules.txt"
 FIXED_PRELOAD = (
     "pipelines.cli", "pipelines.run_command", "pipelines.api", "tensorflow", "tfx.v1",
     "tensorflow_model_analysis", "apache_beam", "pipelines.pipeline", "pipelines.local_runner",
@@ -99,11 +98,7 @@ def _warm_up(folder: Path) -> int:
     from pipelines.console import quiet_tensorflow
 
     quiet_tensorflow()  # as `mptfx run` does before TensorFlow is imported
-    names = list(FIXED_PRELOAD)
-    try:
-        names += (folder / PRELOAD_FILE).read_text().split()
-    except OSError:
-        pass
+    names = [*FIXED_PRELOAD, *preload_names(folder)]
     count = 0
     for name in dict.fromkeys(names):
         try:
@@ -201,30 +196,3 @@ def _main(argv: list[str]) -> int:
     except BaseException:  # noqa: BLE001 - as an uncaught exception ends a process
         traceback.print_exc()
         return 1
-
-
-def record_modules(folder: Path, before: list[str] = ()) -> None:
-    """Add to PRELOAD_FILE, in import order, the modules this process imported (but those in
-    `before`) that the next standby may import ahead: from the installed packages, the
-    standard library or our packages."""
-    roots = {sysconfig.get_paths()[name] for name in ("purelib", "platlib", "stdlib",
-                                                        "platstdlib")}
-    roots |= {str(standby.repo_root() / package) for package in standby.CODE_PACKAGES}
-    skip = set(before)
-    names = []
-    for name, module in list(sys.modules.items()):
-        path = getattr(module, "__file__", None) or ""
-        if name in skip or name.startswith(("tests", "__main__")) or not path:
-            continue
-        if any(path.startswith(root + os.sep) for root in roots):
-            names.append(name)
-    try:
-        old = (folder / PRELOAD_FILE).read_text().split()
-    except OSError:
-        old = []
-    merged = list(dict.fromkeys([*old, *names]))
-    if merged == old:
-        return
-    temporary = folder / f"{PRELOAD_FILE}.{os.getpid()}"
-    temporary.write_text("\n".join(merged) + "\n")
-    os.replace(temporary, folder / PRELOAD_FILE)

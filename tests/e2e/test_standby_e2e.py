@@ -58,11 +58,12 @@ def ready(env) -> int:
 
 
 def alive(pid: int) -> bool:
+    """Running (an exited process its new parent has not reaped yet is not)."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
         return False
-    return True
+    return stat.rpartition(")")[2].split()[0] != "Z"
 
 
 def gone_within(pid: int, seconds: float) -> bool:
