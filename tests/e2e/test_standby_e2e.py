@@ -124,6 +124,18 @@ def test_killing_the_command_ends_its_standby(env, tmp_path):
     assert gone_within(pid, 15)  # the run does not go on without anyone waiting for it
 
 
+def test_a_standby_killed_mid_run_is_one_line_and_exit_1(env, tmp_path):
+    pid = ready(env)
+    process, out = launch(env, tmp_path, "run", "--workspace", str(tmp_path / "ws"), *SMALL)
+    wait_for(out, "  > Ingest ...", 300)
+    os.kill(pid, signal.SIGKILL)  # what the out-of-memory killer does
+
+    assert process.wait(timeout=60) == 1
+    (line,) = [x for x in (tmp_path / "stderr.txt").read_text().splitlines() if x.strip()]
+    assert line.startswith(f"mptfx: the warm process (pid {pid}) that ran this command "
+                           "ended without an exit code")
+
+
 def test_ctrl_c_reaches_the_standby_and_the_run_ends_as_interrupted(env, tmp_path):
     pid = ready(env)
     process, out = launch(env, tmp_path, "run", "--workspace", str(tmp_path / "ws"), *SMALL)
