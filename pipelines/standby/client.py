@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 
+from components.errors import EXIT_INTERRUPTED, EXIT_PIPELINE_FAILED
 from pipelines import standby
 
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
@@ -53,6 +54,14 @@ def run_in_standby(argv: list[str]) -> int | None:
     if folder is None:
         return None
     socket_path, _, _ = standby.paths(folder, standby.key())
+    try:
+        return _hand_over(socket_path, argv)
+    except KeyboardInterrupt:  # while waiting for a standby that was still importing
+        print("mptfx: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+def _hand_over(socket_path, argv: list[str]) -> int | None:
     sock = connect(socket_path, CONNECT_WAIT_SECONDS)
     if sock is None:
         return None
@@ -100,10 +109,10 @@ def _wait_for_exit(sock: socket.socket, pid: int) -> int:
         signal.signal(received[-1], signal.SIG_DFL)
         os.kill(os.getpid(), received[-1])
     if received:
-        return 130
+        return EXIT_INTERRUPTED
     print(f"mptfx: the warm process (pid {pid}) that ran this command ended without an "
           f"exit code (killed?); its log: {_log_hint()}", file=sys.stderr)
-    return 1
+    return EXIT_PIPELINE_FAILED
 
 
 def _log_hint() -> str:
