@@ -61,9 +61,9 @@ def main(argv: list[str] | None = None) -> int:
     if code is not None:
         standby_client.start()
         return code
-    environ = dict(os.environ)  # as started: a run sets TensorFlow's variables
+    environ, path = dict(os.environ), list(sys.path)  # as started: a run changes both
     code = dispatch(argv)
-    standby_client.after_cold_run(argv, environ)
+    standby_client.after_cold_run(argv, environ, path)
     return code
 
 

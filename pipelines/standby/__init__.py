@@ -25,6 +25,7 @@ import os
 import stat
 import struct
 import sys
+import sysconfig
 from pathlib import Path
 
 ENV_SWITCH = "MPTFX_STANDBY"
@@ -77,8 +78,8 @@ def repo_root() -> Path:
 
 
 def _code_fingerprint(digest: hashlib._Hash) -> None:
-    """Every .py file of our packages by path, size and mtime, and each sys.path folder's
-    mtime (it changes when a package is installed or removed there)."""
+    """Every .py file of our packages by path, size and mtime, and the mtime of the
+    site-packages folders (it changes when a package is installed or removed there)."""
     root = repo_root()
     for package in CODE_PACKAGES:
         for folder, dirs, files in os.walk(root / package):
@@ -87,21 +88,23 @@ def _code_fingerprint(digest: hashlib._Hash) -> None:
                 if name.endswith(".py"):
                     info = os.stat(os.path.join(folder, name))
                     digest.update(f"{folder}/{name}:{info.st_size}:{info.st_mtime_ns}\n".encode())
-    for entry in sys.path:
+    for name in ("purelib", "platlib"):
+        folder = sysconfig.get_paths()[name]
         try:
-            digest.update(f"{entry}:{os.stat(entry or '.').st_mtime_ns}\n".encode())
+            digest.update(f"{folder}:{os.stat(folder).st_mtime_ns}\n".encode())
         except OSError:
-            digest.update(f"{entry}:missing\n".encode())
+            digest.update(f"{folder}:missing\n".encode())
 
 
-def key(environ: dict[str, str] | None = None) -> str:
+def key(environ: dict[str, str] | None = None, path: list[str] | None = None) -> str:
     """What a standby must share with a command to run it: interpreter, its flags and
-    sys.path, our code, the installed packages, and the environment (but VOLATILE_ENV)."""
+    `path` (sys.path as the command started: imports extend it), our code, the installed
+    packages, and the environment (but VOLATILE_ENV)."""
     environ = dict(os.environ if environ is None else environ)
     digest = hashlib.sha256()
-    digest.update(json.dumps([sys.executable, sys.version, sys.path, sys.warnoptions,
-                              sorted(sys._xoptions.items(), key=str), list(sys.flags)],
-                             default=str).encode())
+    digest.update(json.dumps([sys.executable, sys.version, sys.path if path is None else path,
+                              sys.warnoptions, sorted(sys._xoptions.items(), key=str),
+                              list(sys.flags)], default=str).encode())
     digest.update(json.dumps(sorted((k, v) for k, v in environ.items()
                                     if k not in VOLATILE_ENV)).encode())
     _code_fingerprint(digest)

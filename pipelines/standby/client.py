@@ -126,21 +126,24 @@ def _umask() -> int:
     return mask
 
 
-def start(quiet: bool = True, environ: dict[str, str] | None = None) -> int | None:
-    """Start the standby for `environ` (default this process's) in the background unless
-    one runs (or is starting); its pid, or None. It imports for a while, then waits."""
+def start(quiet: bool = True, environ: dict[str, str] | None = None,
+          path: list[str] | None = None) -> int | None:
+    """Start the standby for `environ` and `path` (default this process's environment and
+    sys.path) in the background unless one runs (or is starting); its pid, or None. It
+    imports for a while, then waits."""
     environ = dict(os.environ if environ is None else environ)
+    path = list(sys.path if path is None else path)
     folder = standby.standby_dir() if standby.enabled(environ) else None
     if folder is None:
         return None
-    standby_key = standby.key(environ)
+    standby_key = standby.key(environ, path)
     socket_path, lock_path, log_path = standby.paths(folder, standby_key)
     if lock_held(lock_path):
         return None
     command = [sys.executable, *subprocess._args_from_interpreter_flags(), "-c",
                "import json, sys; sys.path[:] = json.loads(sys.argv[1]); "
                "from pipelines.standby.server import serve; serve(sys.argv[2], sys.argv[3])",
-               json.dumps(sys.path), str(folder), standby_key]
+               json.dumps(path), str(folder), standby_key]
     if log_path.exists() and log_path.stat().st_size > LOG_LIMIT_BYTES:
         log_path.unlink()
     with open(log_path, "ab") as log:
@@ -153,9 +156,10 @@ def start(quiet: bool = True, environ: dict[str, str] | None = None) -> int | No
     return process.pid
 
 
-def after_cold_run(argv: list[str], environ: dict[str, str]) -> None:
-    """After `argv` ran in this process, started with `environ` (the command may have
-    changed os.environ since): note what it imported for the standby, start one."""
+def after_cold_run(argv: list[str], environ: dict[str, str], path: list[str]) -> None:
+    """After `argv` ran in this process, started with `environ` and sys.path `path` (the
+    command changed both since: TensorFlow's variables, vendored folders): note what it
+    imported for the standby, start one."""
     if not (standby.enabled(environ) and served(argv)):
         return
     folder = standby.standby_dir()
@@ -164,7 +168,7 @@ def after_cold_run(argv: list[str], environ: dict[str, str]) -> None:
     from pipelines.standby.preload import record_modules
 
     record_modules(folder)
-    start(quiet=False, environ=environ)
+    start(quiet=False, environ=environ, path=path)
 
 
 def lock_held(lock_path) -> bool:

@@ -103,8 +103,25 @@ def test_the_next_run_goes_to_the_ready_standby_which_leaves_a_successor(env, tm
     assert f"pid {pid}:" not in status.stdout
 
 
-def test_a_bad_key_in_the_standby_is_exit_2_with_one_line(env):
+def test_another_environment_runs_in_a_fresh_process_and_leaves_the_standby(env):
     pid = ready(env)
+    other = dict(env, MPTFX_TEST_SOMETHING_ELSE="1")
+    result = mptfx(other, "run", "--set", "trainer.nonsense=1")
+
+    assert result.returncode == 2 and "trainer.nonsense" in result.stderr
+    assert ready(env) == pid  # still waiting, for a command from its own environment
+    # The fresh process started a standby for its own environment: stop just that one.
+    deadline = time.monotonic() + 30
+    while not (found := re.search(r"pid (\d+): \w+, this environment",
+                                  mptfx(other, "standby", "status").stdout)):
+        assert time.monotonic() < deadline, "no standby started for the other environment"
+        time.sleep(0.5)
+    os.kill(int(found.group(1)), signal.SIGTERM)
+    assert gone_within(int(found.group(1)), 60) and alive(pid)
+
+
+def test_a_bad_key_in_the_standby_is_exit_2_with_one_line(env):
+    pid = ready(env)  # the one the test above left waiting
     result = mptfx(env, "run", "--set", "trainer.nonsense=1")
 
     assert result.returncode == 2
@@ -147,12 +164,3 @@ def test_ctrl_c_reaches_the_standby_and_the_run_ends_as_interrupted(env, tmp_pat
     summary = RunSummary.read(summary_path)
     assert summary.status == "failed" and "interrupted" in summary.error
     assert gone_within(pid, 30)
-
-
-def test_another_environment_runs_in_a_fresh_process_and_leaves_the_standby(env):
-    pid = ready(env)
-    other = dict(env, MPTFX_TEST_SOMETHING_ELSE="1")
-    result = mptfx(other, "run", "--set", "trainer.nonsense=1")
-
-    assert result.returncode == 2 and "trainer.nonsense" in result.stderr
-    assert ready(env) == pid  # still waiting, for a command from its own environment

@@ -37,6 +37,13 @@ def test_any_other_variable_is_another_key(code_tree, change):
     assert standby.key(dict(BASE, **change)) != standby.key(BASE)
 
 
+def test_the_key_takes_sys_path_as_the_command_started(code_tree):
+    started = ["/venv/bin", "/venv/lib/python3.10/site-packages"]
+    assert standby.key(BASE, path=started) == standby.key(BASE, path=list(started))
+    assert standby.key(BASE, path=[*started, "/vendored/by/an/import"]) != standby.key(
+        BASE, path=started)
+
+
 def test_an_edited_source_file_is_another_key(code_tree):
     before = standby.key(BASE)
     source = code_tree / "pipelines" / "__init__.py"
