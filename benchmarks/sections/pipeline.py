@@ -76,16 +76,11 @@ def _standby(verb: str, env: dict[str, str]) -> tuple[int, str]:
 def _gone_within(pid: int, seconds: float) -> bool:
     """True once `pid` has exited (an unreaped zombie counts as exited)."""
     deadline = time.monotonic() + seconds
-    while True:
-        try:
-            with open(f"/proc/{pid}/stat") as stat:
-                if stat.read().rpartition(")")[2].split()[0] == "Z":
-                    return True
-        except OSError:
-            return True
+    while standby.running(pid):
         if time.monotonic() >= deadline:
             return False
         time.sleep(0.1)
+    return True
 
 
 def _warm_run(ctx: Context, env: dict[str, str]) -> dict[str, Any]:

@@ -117,6 +117,18 @@ def paths(folder: Path, standby_key: str) -> tuple[Path, Path, Path]:
             folder / f"{standby_key}.log")
 
 
+def running(pid: int | None) -> bool:
+    """True while `pid` runs; an exited process its parent has not reaped (a zombie) does
+    not count."""
+    if pid is None:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rpartition(")")[2].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 def send_message(sock, message: dict) -> None:
     data = json.dumps(message).encode()
     sock.sendall(_HEADER.pack(len(data)) + data)

@@ -215,16 +215,6 @@ def wait_ready(timeout: float, pid: int | None = None) -> int | None:
         ready = ping(socket_path, max(0.1, deadline - time.monotonic()))
         if ready is not None:
             return ready
-        if time.monotonic() >= deadline or not (_alive(pid) or lock_held(lock_path)):
+        if time.monotonic() >= deadline or not (standby.running(pid) or lock_held(lock_path)):
             return None
         time.sleep(0.2)
-
-
-def _alive(pid: int | None) -> bool:
-    if pid is None:
-        return False
-    try:
-        os.kill(pid, 0)
-    except OSError:
-        return False
-    return True

@@ -89,3 +89,17 @@ def test_messages_arrive_whole_and_a_closed_peer_is_none():
     assert standby.receive_message(right) == message
     left.close()
     assert standby.receive_message(right) is None
+
+
+def test_a_process_that_exited_but_is_not_reaped_is_not_running():
+    import subprocess
+    import time
+
+    assert standby.running(os.getpid())
+    child = subprocess.Popen(["true"])  # exits at once; not waited for: a zombie
+    deadline = time.monotonic() + 10
+    while standby.running(child.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not standby.running(child.pid)
+    child.wait()
+    assert not standby.running(child.pid) and not standby.running(None)
