@@ -44,7 +44,7 @@ run: setup
 # tests/image runs inside the image built (or reused) just before. Only where buildah cannot
 # be had (not root, not CI) does the build's failure let pytest run, and tests/image skip.
 IMAGE_FIRST = if bash scripts/build_image.sh $(IMAGE); then export MPTFX_IMAGE_BUILT=$(IMAGE); \
-	elif [ "$$CI" = true ] || command -v buildah >/dev/null; then exit 2; fi; \
+	elif [ "$$CI" = true ] || type -P buildah >/dev/null; then exit 2; fi; \
 	export MPTFX_IMAGE=$(IMAGE);
 
 # The test files run on every core (pytest-xdist; one file stays on one worker, so the

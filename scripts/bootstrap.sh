@@ -6,9 +6,9 @@ venv="${1:-.venv}"
 
 find_python310() {
   local candidate
-  for candidate in "${PYTHON:-}" python3.10 "$(command -v pyenv >/dev/null 2>&1 && pyenv root 2>/dev/null)/versions/3.10"*/bin/python3.10 python3; do
+  for candidate in "${PYTHON:-}" python3.10 "$(type -P pyenv >/dev/null && pyenv root 2>/dev/null)/versions/3.10"*/bin/python3.10 python3; do
     [ -n "$candidate" ] || continue
-    if command -v "$candidate" >/dev/null 2>&1 || [ -x "$candidate" ]; then
+    if type -P "$candidate" >/dev/null || [ -x "$candidate" ]; then
       if "$candidate" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 10))' 2>/dev/null; then
         echo "$candidate"; return 0
       fi

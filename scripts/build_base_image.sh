@@ -13,7 +13,8 @@ set -euo pipefail
 
 TAG=${1:-localhost/python:3.10-slim-bookworm}
 # buildah 1.28 reads no STORAGE_DRIVER variable itself: pass it as the global flag.
-buildah() { command buildah ${STORAGE_DRIVER:+--storage-driver "$STORAGE_DRIVER"} "$@"; }
+# (Not a function named `buildah`: that would hide a missing program from every lookup.)
+run_buildah() { buildah ${STORAGE_DRIVER:+--storage-driver "$STORAGE_DRIVER"} "$@"; }
 # The official image's runtime packages (its Dockerfile's apt-get install line), no compilers.
 RUNTIME_PACKAGES=ca-certificates,netbase,tzdata,libssl3,libsqlite3-0,libffi8,liblzma5,libbz2-1.0,zlib1g,libreadline8,libncursesw6,libuuid1,libgdbm6,libexpat1
 
@@ -45,17 +46,19 @@ debian_mirror() {
 # CPython 3.10 as this machine provides it (pyenv's build, or any python3.10 on PATH).
 python_prefix() {
   local py
-  if command -v pyenv >/dev/null && py=$(pyenv prefix 3.10 2>/dev/null); then
+  if type -P pyenv >/dev/null && py=$(pyenv prefix 3.10 2>/dev/null); then
     echo "${py%%:*}"; return
   fi
-  command -v python3.10 >/dev/null && python3.10 -c 'import sys; print(sys.base_prefix)'
+  type -P python3.10 >/dev/null && python3.10 -c 'import sys; print(sys.base_prefix)'
 }
 
 [ "$(id -u)" = 0 ] || die "needs root (debootstrap and buildah's vfs storage); run it with sudo"
-command -v buildah >/dev/null || die "buildah is missing: apt-get install -y buildah"
-command -v debootstrap >/dev/null || die "debootstrap is missing: apt-get install -y debootstrap"
+cd "$(dirname "$0")/.."
+# shellcheck source=lib/packages.sh
+. scripts/lib/packages.sh
+ensure_programs build_base_image buildah:buildah debootstrap:debootstrap
 
-if [ "${FORCE:-0}" != 1 ] && buildah inspect --type image "$TAG" >/dev/null 2>&1; then
+if [ "${FORCE:-0}" != 1 ] && run_buildah inspect --type image "$TAG" >/dev/null 2>&1; then
   echo "build_base_image: $TAG already present"
   exit 0
 fi
@@ -67,10 +70,10 @@ PREFIX=$(python_prefix || true)
 VERSION=$("$PREFIX/bin/python3.10" -c 'import platform; print(platform.python_version())')
 
 start=$(date +%s)
-ctr=$(buildah from scratch)
-cleanup() { buildah umount "$ctr" >/dev/null 2>&1 || true; buildah rm "$ctr" >/dev/null 2>&1 || true; }
+ctr=$(run_buildah from scratch)
+cleanup() { run_buildah umount "$ctr" >/dev/null 2>&1 || true; run_buildah rm "$ctr" >/dev/null 2>&1 || true; }
 trap cleanup EXIT
-ROOT=$(buildah mount "$ctr")
+ROOT=$(run_buildah mount "$ctr")
 
 echo "build_base_image: debootstrap bookworm from $MIRROR"
 debootstrap --variant=minbase --include="$RUNTIME_PACKAGES" bookworm "$ROOT" "$MIRROR" >/dev/null
@@ -97,11 +100,11 @@ chroot "$ROOT" /usr/local/bin/python3 -c 'import ssl, sqlite3, ctypes, lzma, bz2
 # Like the slim images: no package lists, caches or device nodes in the layer.
 rm -rf "$ROOT"/var/lib/apt/lists/* "$ROOT"/var/cache/apt/*.bin "$ROOT"/var/cache/apt/archives/*.deb \
   "$ROOT"/var/log/* "$ROOT"/dev/* "$ROOT"/tmp/* "$ROOT"/usr/share/doc/* "$ROOT"/usr/share/man/*
-buildah umount "$ctr" >/dev/null
-buildah config --env PATH=/usr/local/bin:/usr/local/sbin:/usr/sbin:/usr/bin:/sbin:/bin \
+run_buildah umount "$ctr" >/dev/null
+run_buildah config --env PATH=/usr/local/bin:/usr/local/sbin:/usr/sbin:/usr/bin:/sbin:/bin \
   --env LANG=C.UTF-8 --env PYTHON_VERSION="$VERSION" --cmd python3 \
   --label org.opencontainers.image.description="stand-in for python:3.10-slim-bookworm (debootstrap + CPython $VERSION)" \
   "$ctr"
-buildah commit --quiet --rm "$ctr" "$TAG" >/dev/null
+run_buildah commit --quiet --rm "$ctr" "$TAG" >/dev/null
 trap - EXIT
 echo "build_base_image: $TAG built in $(( $(date +%s) - start )) s"

@@ -2,21 +2,21 @@
 # Start the servers the tests need (installing them on a fresh machine). Idempotent, and
 # quick when everything is already there; `make test` runs it before pytest.
 set -euo pipefail
+cd "$(dirname "$0")/.."
+# shellcheck source=lib/packages.sh
+. scripts/lib/packages.sh
+# Where Debian's PostgreSQL server packages put each major version's binaries.
+PG_LIB=${PG_LIB:-/usr/lib/postgresql}
 
 # PostgreSQL: the shared ML Metadata server of the Kubernetes replay test
 # (tests/e2e/test_k8s_replay.py), reached as mptfx/mptfx on 127.0.0.1.
 start_postgres() {
-  if ! compgen -G "/usr/lib/postgresql/*/bin/pg_ctl" >/dev/null; then
-    if [ "$(id -u)" != 0 ]; then
-      echo "ci: PostgreSQL is not installed; as root: apt-get install -y postgresql" >&2
-      exit 2
-    fi
-    echo "ci: installing PostgreSQL (Debian package)"
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null
-  fi
+  # The cluster tools (postgresql-common) and the client are on PATH; the server is not.
+  ensure_programs services pg_lsclusters:postgresql pg_createcluster:postgresql \
+    pg_ctlcluster:postgresql pg_isready:postgresql psql:postgresql runuser:util-linux
+  compgen -G "$PG_LIB/*/bin/postgres" >/dev/null || install_packages services "a PostgreSQL server" postgresql
   local version port status
-  version=$(ls /usr/lib/postgresql | sort -V | tail -1)
+  version=$(ls "$PG_LIB" | sort -V | tail -1)
   if ! pg_lsclusters -h | awk -v v="$version" '$1 == v && $2 == "main" {found=1} END {exit !found}'; then
     pg_createcluster "$version" main >/dev/null
   fi
@@ -32,7 +32,7 @@ start_postgres() {
       END IF; END \$\$;"
   export MPTFX_TEST_PG_HOST=127.0.0.1 MPTFX_TEST_PG_PORT="$port"
   export MPTFX_TEST_PG_USER=mptfx MPTFX_TEST_PG_PASSWORD=mptfx
-  echo "ci: PostgreSQL $version on 127.0.0.1:$port (role mptfx)"
+  echo "services: PostgreSQL $version on 127.0.0.1:$port (role mptfx)"
 }
 
 start_postgres
