@@ -9,7 +9,6 @@ parsed with TF Serving's own `model_server_config_pb2`, and the aliases in MLflo
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import io
 import json
@@ -17,8 +16,6 @@ import os
 import shutil
 import subprocess
 import sys
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +23,8 @@ import pytest
 import yaml
 
 from tests.conftest import REPO, CliResult
+from tests.tf_serving_double import serve_models
+from tests.tf_serving_double import served as served_models
 
 pytestmark = pytest.mark.e2e
 
@@ -70,15 +69,9 @@ def serve(mptfx, workspace: Path, *args: str, process: bool = False, env: dict |
 
 def served(workspace: Path) -> dict:
     """models.config as TF Serving parses it: labels and the versions its policy loads."""
-    from google.protobuf import text_format
-    from tensorflow_serving.config import model_server_config_pb2
-
-    config = text_format.Parse((workspace / "serving" / "models.config").read_text(),
-                               model_server_config_pb2.ModelServerConfig())
-    [entry] = config.model_config_list.config
-    assert entry.base_path == str(workspace / "serving" / "digits")
-    return {"labels": dict(entry.version_labels),
-            "versions": list(entry.model_version_policy.specific.versions)}
+    entry = served_models(workspace / "serving", "digits")
+    assert entry.pop("base_path") == str(workspace / "serving" / "digits")
+    return entry
 
 
 def aliases(workspace: Path) -> dict[str, int]:
@@ -118,77 +111,10 @@ def test_direct_then_canary_push_label_versions_and_move_aliases(mptfx, workspac
     assert rows[1]["blessed"] is rows[2]["blessed"] is True
 
 
-class _TFServingDouble(BaseHTTPRequestHandler):
-    """Test double for the TF Serving binary, which cannot be installed here: answers its REST
-    API (`GET /v1/models/<name>`, `POST /v1/models/<name>[/versions/N|/labels/L]:predict`)
-    from the real SavedModels, resolving labels through the real models.config."""
-
-    serving_dir: Path
-    answer_from: dict[str, int] = {}  # label → version to answer from instead (a broken server)
-    models: dict[int, object] = {}
-
-    def log_message(self, *args) -> None:
-        pass
-
-    def _reply(self, code: int, body: dict) -> None:
-        data = json.dumps(body).encode()
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
-        versions = served(self.serving_dir.parent.parent)["versions"]
-        self._reply(200, {"model_version_status": [
-            {"version": str(v), "state": "AVAILABLE", "status": {"error_code": "OK"}}
-            for v in versions]})
-
-    def do_POST(self) -> None:  # noqa: N802
-        import tensorflow as tf
-
-        path, _, verb = self.path.partition(":")
-        parts = path.strip("/").split("/")  # v1 models digits [labels L | versions N]
-        if verb != "predict" or parts[:3] != ["v1", "models", "digits"]:
-            return self._reply(404, {"error": f"no such path {self.path}"})
-        labels = served(self.serving_dir.parent.parent)["labels"]
-        if len(parts) == 5 and parts[3] == "labels":
-            if parts[4] not in labels:
-                return self._reply(404, {"error": f"unknown label {parts[4]}"})
-            version = self.answer_from.get(parts[4], labels[parts[4]])
-        else:
-            version = int(parts[4]) if len(parts) == 5 else labels["stable"]
-        if version not in self.models:
-            self.models[version] = tf.saved_model.load(str(self.serving_dir / str(version)))
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-
-        def decode(value):
-            if isinstance(value, dict):
-                return base64.b64decode(value["b64"])
-            return [decode(v) for v in value] if isinstance(value, list) else value
-
-        signature = self.models[version].signatures[body.get("signature_name",
-                                                             "serving_default")]
-        inputs = {}
-        for name, value in body["inputs"].items():
-            dtype = signature.structured_input_signature[1][name].dtype
-            inputs[name] = tf.constant(decode(value), dtype=dtype)
-        outputs = signature(**inputs)
-        self._reply(200, {"outputs": {k: (v.numpy().astype(str) if v.dtype == tf.string
-                                          else v.numpy()).tolist()
-                                      for k, v in outputs.items()}})
-
-
 @pytest.fixture
 def tf_serving(workspace):
-    handler = type("Handler", (_TFServingDouble,), {
-        "serving_dir": workspace / "serving" / "digits", "answer_from": {}, "models": {}})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield handler, f"http://127.0.0.1:{server.server_port}"
-    server.shutdown()
-    server.server_close()
+    with serve_models(workspace / "serving", "digits") as server:
+        yield server.handler, server.url
 
 
 def test_check_replays_warmup_requests_and_reports_agreement_and_latency(
