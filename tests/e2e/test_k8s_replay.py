@@ -25,6 +25,7 @@ import pytest
 from tests.k8s_double import (
     REPO,
     SMALL,
+    TEST_PRECISION,
     ProcessCluster,
     assert_same_outcome,
     connection,
@@ -100,8 +101,8 @@ def test_the_driver_records_the_replayed_run_in_mlflow(replay, postgres, monkeyp
     assert run.data.tags["mptfx.tfx_run_id"] == replay["run_id"]
     assert run.data.metrics["eval/accuracy"] == summary.eval.accuracy >= 0.5
     assert run.data.metrics["seconds/Trainer"] > 0
-    assert run.data.params["precision_requested"] == "auto"
-    assert run.data.params["config.trainer.epochs"] == "3"
+    assert run.data.params["precision_requested"] == TEST_PRECISION
+    assert run.data.params["config.trainer.epochs"] == "8"
     champion = client.get_model_version_by_alias("digits", "champion")
     assert champion.run_id == run.info.run_id
     assert f"mlflow: run {run.info.run_id}" in out.getvalue()

@@ -7,6 +7,7 @@ as image folders, plus a corrupt PNG and a text file among the images.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +17,7 @@ from components.run_summary import RunSummary
 from pipelines.datasets import export_digits
 
 pytestmark = pytest.mark.e2e
+FORCED_PRECISION = os.environ.get("MPTFX_TEST_PRECISION", "")
 
 COMPONENTS = ["Ingest", "StatisticsGen", "SchemaGen", "ExampleValidator", "DataValidationGate",
               "Trainer", "LatestBlessedModel", "Evaluator", "Pusher", "TFLite"]
@@ -32,7 +34,11 @@ def user_data(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def digits_run(mptfx, user_data, tmp_path_factory):
     workspace = tmp_path_factory.mktemp("workspace")
-    result = mptfx("run", "--workspace", str(workspace), "--data", str(user_data), "--json")
+    # MPTFX_TEST_PRECISION=mixed_bfloat16: the bfloat16 path, as `auto` takes it on a CPU with
+    # bfloat16 instructions, on any machine.
+    forced = ["--set", f"trainer.precision={FORCED_PRECISION}"] if FORCED_PRECISION else []
+    result = mptfx("run", "--workspace", str(workspace), "--data", str(user_data), "--json",
+                   *forced)
     assert result.returncode == 0, result.stderr[-3000:]
     return workspace, result
 
@@ -68,10 +74,24 @@ def test_run_completes_and_prints_progress_and_summary(digits_run):
     assert Path(summary.summary_path).parent.parent == workspace / "runs"
     assert summary.wall_seconds > 0
     trainer = summary.trainer
-    from components.trainer.precision import describe_devices, resolve_precision_policy
+    tuning = trainer.autotune
+    if tuning["status"] == "measured":
+        # Where several cells are plausible (a bfloat16 CPU) the run measured them and
+        # trained with the fastest: what it recorded, not the static table, is the answer.
+        fastest = max((row for row in tuning["table"] if row["images_per_sec"]),
+                      key=lambda row: row["images_per_sec"])
+        assert trainer.precision == fastest["precision"] == tuning["choice"]["precision"]
+        assert trainer.precision_reason == tuning["reason"]
+        assert trainer.precision_reason.startswith(f"autotune: {trainer.precision} xla off")
+    elif FORCED_PRECISION:
+        assert tuning["status"] == "one candidate", tuning
+        assert trainer.precision == FORCED_PRECISION
+    else:
+        from components.trainer.precision import describe_devices, resolve_precision_policy
 
-    expected, reason = resolve_precision_policy("auto", describe_devices())
-    assert trainer.precision == expected and trainer.precision_reason == reason
+        assert tuning["status"] == "one candidate", tuning
+        expected, reason = resolve_precision_policy("auto", describe_devices())
+        assert trainer.precision == expected and trainer.precision_reason == reason
     assert trainer.xla in ("off", False) and trainer.epochs == 15
     assert trainer.images_per_sec > 0 and trainer.strategy
 

@@ -41,7 +41,11 @@ def test_the_serving_model_keeps_the_mixed_graph_with_float32_outputs(mixed):
     loaded = tf.saved_model.load(fn_args.serving_model_dir)
     served = loaded.signatures["predict_normalized"](images=tf.constant(_images(4)))
     assert served["probabilities"].dtype == tf.float32
-    np.testing.assert_allclose(served["probabilities"], result.model(_images(4)), atol=1e-6)
+    # The serving graph and eager Keras may take different bfloat16 kernels (oneDNN's
+    # AVX512_BF16 ones in the graph): they agree to bfloat16's precision, 8 significant bits
+    # (one unit in the last place is 2^-7 relative), not float32's.
+    np.testing.assert_allclose(served["probabilities"], result.model(_images(4)),
+                               rtol=2**-7, atol=2**-10)
     uint8 = loaded.signatures["predict_images"](images=tf.zeros([2, 8, 8, 1], tf.uint8))
     assert uint8["probabilities"].dtype == tf.float32 and uint8["class_id"].shape == (2,)
 

@@ -25,7 +25,7 @@ def _content(path):
         cursor = db.execute(f'SELECT * FROM "{table}"')
         names = [column[0] for column in cursor.description]
         rows[table] = sorted(
-            tuple(value for name, value in zip(names, row) if name not in TIME_COLUMNS)
+            tuple(value for name, value in zip(names, row, strict=True) if name not in TIME_COLUMNS)
             for row in cursor)
     db.close()
     return schema, rows
