@@ -104,6 +104,29 @@ class EvalSection(_Section):
         return "accuracy", self.accuracy
 
 
+class InfraSection(_Section):
+    """The InfraValidator's verdict (components/infra/): `checked` false when the Evaluator
+    did not bless the candidate; `reason` says why it is not blessed."""
+
+    blessed: bool = False
+    checked: bool | None = None
+    reason: str | None = None
+    server: str | None = None              # "model process" | "tf serving"
+    start_seconds: float | None = None
+    load_seconds: float | None = None
+    requests: int | None = None
+    p50_ms: float | None = None
+    p99_ms: float | None = None
+    peak_rss_mb: float | None = None
+    memory_limit: str | None = None
+    signatures: list[str] | None = None
+    blessing_uri: str | None = None
+
+    def refused(self) -> bool:
+        """Checked and not blessed: the run did not do what it was asked (exit 1)."""
+        return bool(self.checked) and not self.blessed
+
+
 class PushedSection(_Section):
     pushed: bool = False
     path: str | None = None
@@ -151,6 +174,7 @@ class RunSummary(_Section):
     data: DataSection = Field(default_factory=DataSection)
     trainer: TrainerSection = Field(default_factory=TrainerSection)
     eval: EvalSection = Field(default_factory=EvalSection)        # {}: no Evaluator output
+    infra: InfraSection = Field(default_factory=InfraSection)     # {}: no InfraValidator
     pushed: PushedSection = Field(default_factory=PushedSection)  # {}: no Pusher output
     # variant -> its report; "skipped" -> why no variant was converted
     tflite: dict[str, TFLiteVariant | str] = Field(default_factory=dict)

@@ -19,6 +19,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import Field, ValidationError, ValidationInfo, field_validator
 
+from components.infra.config import InfraSection
+
 # The Trainer owns the sections it reads; they are composed here, and run_fn validates its
 # custom_config with the same classes (components/trainer/config.py).
 from components.trainer.config import DataSection as TrainerDataSection
@@ -274,6 +276,7 @@ class Config(_Section):
     model: ModelSection = Field(default_factory=ModelSection)
     trainer: TrainerSection = Field(default_factory=TrainerSection)
     evaluator: EvaluatorSection = Field(default_factory=EvaluatorSection)
+    infra: InfraSection = Field(default_factory=InfraSection)
     pusher: PusherSection = Field(default_factory=PusherSection)
     export: ExportSection = Field(default_factory=ExportSection)
     tflite: TFLiteSection = Field(default_factory=TFLiteSection)

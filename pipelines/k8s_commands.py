@@ -256,6 +256,10 @@ def drive_run(config: Any, run_id: str, clients: tuple[Any, Any, Any], *, in_clu
         summary = record_run(config, ir, report, logs, workspace_root, out)
         if after_run is not None and report.succeeded and summary:
             after_run(summary)
+    if report.succeeded and summary is not None and summary.status == "failed":
+        # Every node succeeded, but the InfraValidator refused the candidate: not pushed.
+        print(f"mptfx: error: run {run_id}: {summary.error} (logs: {logs})", file=sys.stderr)
+        return EXIT_PIPELINE_FAILED
     if not report.succeeded:
         failed = report.failed_nodes
         print(f"mptfx: error: run {run_id} failed at {', '.join(failed) or 'a node'}: "

@@ -1,7 +1,8 @@
 """The one mptfx pipeline. Every runner (local, Kubernetes, KFP export) takes what this builds.
 
 Components in data-flow order: Ingest → StatisticsGen → SchemaGen → ExampleValidator →
-DataValidationGate → Trainer → (latest blessed model) → Evaluator → Pusher → TF Lite.
+DataValidationGate → Trainer → (latest blessed model) → Evaluator → InfraValidator → Pusher
+→ TF Lite.
 A segmentation model (unet3d) is gated on Dice instead of accuracy and has no TF Lite step
 (its parity gate compares class predictions, which a voxel mask does not have).
 """
@@ -14,6 +15,7 @@ import tensorflow_model_analysis as tfma
 from tfx import v1 as tfx
 
 from components.examples_format import EVAL_SPLIT, LABEL_KEY, MASK_KEY
+from components.infra.component import InfraValidator
 from components.ingest.component import ImageExampleGen
 from components.ingest.listing import compute_input_fingerprint
 from components.pusher.component import AtomicPusher
@@ -210,9 +212,22 @@ def create_pipeline(
         eval_config=build_eval_config(config),
     )
 
+    # The blessed candidate loaded and queried as TF Serving will serve it (components/infra/).
+    infra_validator = InfraValidator(
+        model=trainer.outputs["model"],
+        model_blessing=evaluator.outputs["blessing"],
+        examples=ingest.outputs["examples"],
+        model_name=config.pusher.model_name,
+        num_examples=config.infra.num_examples,
+        max_load_seconds=config.infra.max_load_seconds,
+        p99_latency_ms=config.infra.p99_latency_ms,
+        memory_limit=config.infra.limits["memory"],
+    ).with_id("InfraValidator")
+
     pusher = AtomicPusher(
         model=trainer.outputs["model"],
         model_blessing=evaluator.outputs["blessing"],
+        infra_blessing=infra_validator.outputs["blessing"],
         base_directory=workspace.serving_dir(config.pusher.model_name, config.pusher.serving_dir),
         keep_versions=config.pusher.keep_versions,
         rollout=config.pusher.rollout,
@@ -239,6 +254,7 @@ def create_pipeline(
         trainer,
         model_resolver,
         evaluator,
+        infra_validator,
         pusher,
         tflite,
     ]

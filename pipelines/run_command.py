@@ -19,7 +19,7 @@ from typing import TextIO
 
 from components.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_PIPELINE_FAILED, UsageError
 from components.redact import redact_text
-from components.run_summary import RunSummary
+from components.run_summary import InfraSection, RunSummary
 from pipelines.api import (
     Planner,
     RunInterrupted,
@@ -96,6 +96,22 @@ def _report_crash(crash: Exception, log_path: Path) -> int:
     return EXIT_PIPELINE_FAILED
 
 
+def describe_infra(infra: InfraSection) -> str:
+    """The InfraValidator's line: the verdict, load seconds, latencies and memory."""
+    if not infra.checked:
+        return infra.reason or "not checked"
+    measured = []
+    if infra.load_seconds is not None:
+        measured.append(f"loaded in {infra.load_seconds:.2f} s")
+    if infra.p99_ms is not None:
+        measured.append(f"p50 {infra.p50_ms:.1f} ms, p99 {infra.p99_ms:.1f} ms over "
+                        f"{infra.requests} requests")
+    if infra.peak_rss_mb is not None:
+        measured.append(f"peak RSS {infra.peak_rss_mb:.0f} MiB of {infra.memory_limit}")
+    verdict = "BLESSED" if infra.blessed else f"NOT blessed: {infra.reason}"
+    return f"{verdict} ({infra.server}{': ' if measured else ''}{', '.join(measured)})"
+
+
 def _print_summary(summary: RunSummary, out: TextIO) -> None:
     rows = [("component", "status", "seconds")]
     for name, info in summary.components.items():
@@ -124,6 +140,8 @@ def _print_summary(summary: RunSummary, out: TextIO) -> None:
             evaluation.why_not_blessed or [])
         metric, value = evaluation.headline()
         facts.append(("eval", f"{metric} {value}  {verdict}"))
+    if summary.infra.present():
+        facts.append(("infra", describe_infra(summary.infra)))
     if pushed.present():
         facts.append(("pushed", f"version {pushed.version} -> {pushed.path}"
                       if pushed.pushed else "nothing pushed"))

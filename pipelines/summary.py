@@ -182,6 +182,36 @@ def _describe_failure(failure: Any) -> str:
     return f"{name} {value:.4f} is below {key} {bound:g}"
 
 
+_INFRA_KEYS = ("reason", "server", "start_seconds", "load_seconds", "requests", "p50_ms",
+               "p99_ms", "peak_rss_mb", "memory_limit")
+
+
+def _infra_section(nodes: dict) -> dict[str, Any]:
+    """The InfraValidator's verdict, from its InfraBlessing's custom properties."""
+    blessing = _first(nodes, "InfraValidator", "blessing")
+    if blessing is None:
+        return {}
+    section: dict[str, Any] = {"blessed": bool(_custom(blessing, "blessed")),
+                               "checked": bool(_custom(blessing, "checked")),
+                               "blessing_uri": blessing.uri}
+    for key in _INFRA_KEYS:
+        value = _custom(blessing, key)
+        if value not in (None, ""):
+            section[key] = round(value, 3) if isinstance(value, float) else value
+    signatures = _custom(blessing, "signatures")
+    if signatures:
+        section["signatures"] = signatures.split(",")
+    return section
+
+
+def infra_refusal(summary: RunSummary) -> str | None:
+    """The run's error when the InfraValidator refused the candidate, else None: a
+    candidate TF Serving cannot serve is a failed run (exit 1), not a quiet "not pushed"."""
+    if summary.status != "completed" or not summary.infra.refused():
+        return None
+    return f"InfraValidator: not pushed: {summary.infra.reason}"
+
+
 def _pushed_section(nodes: dict) -> dict[str, Any]:
     pushed = _first(nodes, "Pusher", "pushed_model")
     if pushed is None:
@@ -228,8 +258,13 @@ def build_summary(
     summary["data"] = _data_section(nodes)
     summary["trainer"] = _trainer_section(nodes)
     summary["eval"] = _eval_section(nodes)
+    summary["infra"] = _infra_section(nodes)
     summary["pushed"] = _pushed_section(nodes)
     summary["tflite"] = _tflite_section(nodes)
     if model_name:
         summary["trainer"].setdefault("model", model_name)
-    return RunSummary.parse(summary)
+    parsed = RunSummary.parse(summary)
+    refusal = infra_refusal(parsed)
+    if refusal:
+        parsed.status, parsed.failed_component, parsed.error = "failed", "InfraValidator", refusal
+    return parsed

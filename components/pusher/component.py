@@ -6,6 +6,9 @@ publish.py), keeps the newest `keep_versions`, and records the same `pushed`,
 `pushed_destination` and `pushed_version` properties on the PushedModel artifact, so
 anything that reads TFX's Pusher output reads this one.
 
+The InfraValidator's `infra_blessing` is required, as TFX's Pusher checks `infra_blessing`:
+a candidate TF Serving could not load or answer is never published.
+
 Rollout (`rollout`): after publishing, the version is labelled in `<serving_dir>/models.config`
 (components/serving/): `direct` makes it `stable`, `canary` makes it `canary` beside the
 stable. Pruning never deletes a labelled version (stable, canary, previous stable).
@@ -48,14 +51,21 @@ def push_with_rollout(serving_model: str, base_directory: str, keep_versions: in
 def AtomicPusher(
     model: InputArtifact[standard_artifacts.Model],
     model_blessing: InputArtifact[standard_artifacts.ModelBlessing],
+    infra_blessing: InputArtifact[standard_artifacts.InfraBlessing],
     pushed_model: OutputArtifact[standard_artifacts.PushedModel],
     base_directory: Parameter[str],
     keep_versions: Parameter[int] = 5,
     rollout: Parameter[str] = "direct",
 ) -> None:
-    """Publish the Trainer's serving model under `base_directory` when it is blessed."""
+    """Publish the Trainer's serving model under `base_directory` when the Evaluator and the
+    InfraValidator both blessed it."""
     if not model_blessing.get_int_custom_property("blessed"):
         logging.info("model not blessed: nothing pushed to %s", base_directory)
+        pushed_model.set_int_custom_property("pushed", 0)
+        return
+    if not infra_blessing.get_int_custom_property("blessed"):
+        logging.info("model not infra-blessed (%s): nothing pushed to %s",
+                     infra_blessing.get_string_custom_property("reason"), base_directory)
         pushed_model.set_int_custom_property("pushed", 0)
         return
     serving_model = path_utils.serving_model_path(model.uri)

@@ -1,0 +1,209 @@
+"""The InfraValidator's check: load the candidate in a model server, query it, judge it.
+
+    requests = build_requests(model_dir, examples_uri, num_examples=16)
+    with ModelProcess(4 << 30, "model_process.log") as server:
+        result = check_candidate(server, model_dir, requests, limits)
+    result.blessed, result.reason, result.load_seconds, result.p99_ms
+
+The server is TF Serving (a sidecar on Kubernetes, `tf_serving.TFServingSidecar`) or a
+process of its own (`model_process.ModelProcess`); both take TF Serving's REST predict
+body. The requests: every warm-up record of the SavedModel, `num_examples` eval examples
+through `serving_default`, and a batch of zeros for each numeric signature neither
+covers, so every exported signature answers once. A candidate is blessed when it loads
+within `max_load_seconds`, answers every request, stays under the memory limit and its p99
+latency is at most `p99_latency_ms`; otherwise `reason` is one line naming the cause.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import os
+import time
+from typing import Any, Protocol
+
+import numpy as np
+
+from components.examples_format import COMPRESSION, EVAL_SPLIT, split_pattern
+from components.infra.model_process import ModelServerError, ServerTimeout
+
+SERVING_SIGNATURE = "serving_default"
+# The harness (a Python process importing TensorFlow, or the sidecar's start) is not the
+# candidate: it gets its own generous bound, apart from infra.max_load_seconds.
+START_TIMEOUT_SECONDS = 600.0
+_SAVED_MODEL_FILE = "saved_model.pb"
+_SERVING_TAG = "serve"
+
+
+class ModelServer(Protocol):
+    """What the check needs of a model server (TF Serving, or the local model process)."""
+
+    kind: str
+
+    def start(self, timeout: float) -> float: ...
+    def load(self, model_dir: str, timeout: float) -> dict[str, Any]: ...
+    def predict(self, body: dict[str, Any]) -> dict[str, Any]: ...
+    def memory_peak_bytes(self) -> int | None: ...
+    def over_limit(self) -> bool: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class Limits:
+    """The thresholds, as configured (`infra.*`)."""
+
+    max_load_seconds: float
+    p99_latency_ms: float
+    memory_limit: str          # e.g. "4Gi", as in the serving Deployment
+    memory_limit_bytes: int
+
+
+@dataclasses.dataclass
+class InfraResult:
+    """What the check found; `reason` is "" when blessed."""
+
+    blessed: bool = False
+    reason: str = ""
+    server: str = ""
+    start_seconds: float | None = None
+    load_seconds: float | None = None
+    requests: int = 0
+    p50_ms: float | None = None
+    p99_ms: float | None = None
+    peak_rss_mb: float | None = None
+    memory_limit: str = ""
+    signatures: list[str] = dataclasses.field(default_factory=list)
+
+    def refuse(self, reason: str) -> InfraResult:
+        """Not blessed, for `reason` (the first refusal is kept)."""
+        self.blessed = False
+        self.reason = self.reason or reason
+        return self
+
+
+@dataclasses.dataclass(frozen=True)
+class Request:
+    """One REST predict body and what it is, for the line that names a failed one."""
+
+    label: str
+    body: dict[str, Any]
+
+
+def rest_inputs(inputs: dict[str, np.ndarray]) -> dict[str, Any]:
+    """Named arrays as TF Serving's REST "inputs": nested lists, bytes as {"b64": ...}."""
+    def value(array: np.ndarray) -> Any:
+        if array.dtype.kind in ("S", "O"):
+            return np.vectorize(lambda b: {"b64": base64.b64encode(b).decode()},
+                                otypes=[object])(array).tolist()
+        return array.tolist()
+
+    return {name: value(np.asarray(array)) for name, array in inputs.items()}
+
+
+def serving_signatures(model_dir: str) -> dict[str, Any]:
+    """The SignatureDefs of the serving tag, read from saved_model.pb without loading it."""
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    saved_model = saved_model_pb2.SavedModel()
+    with open(os.path.join(model_dir, _SAVED_MODEL_FILE), "rb") as handle:
+        saved_model.ParseFromString(handle.read())
+    for meta_graph in saved_model.meta_graphs:
+        if _SERVING_TAG in meta_graph.meta_info_def.tags:
+            return {name: signature for name, signature in meta_graph.signature_def.items()
+                    if not name.startswith("__")}
+    return {}
+
+
+def _zeros_request(name: str, signature: Any) -> Request | None:
+    """A batch of one zero input for a numeric signature (None when an input is a string)."""
+    import tensorflow as tf
+
+    inputs = {}
+    for key, tensor in signature.inputs.items():
+        dtype = tf.dtypes.as_dtype(tensor.dtype)
+        if dtype == tf.string:
+            return None
+        shape = [1 if dim.size < 0 else dim.size for dim in tensor.tensor_shape.dim]
+        inputs[key] = np.zeros(shape or [1], dtype=dtype.as_numpy_dtype)
+    return Request(f"zeros ({name})", {"signature_name": name, "inputs": rest_inputs(inputs)})
+
+
+def _eval_examples(examples_uri: str, count: int) -> list[bytes]:
+    import tensorflow as tf
+
+    files = sorted(tf.io.gfile.glob(split_pattern(examples_uri, EVAL_SPLIT)))
+    if not files:
+        return []
+    dataset = tf.data.TFRecordDataset(files, compression_type=COMPRESSION).take(count)
+    return [record.numpy() for record in dataset]
+
+
+def build_requests(model_dir: str, examples_uri: str, num_examples: int) -> list[Request]:
+    """The warm-up records, `num_examples` eval examples and zeros for what is left over."""
+    from components.serving.warmup_requests import read_warmup_requests
+
+    signatures = serving_signatures(model_dir)
+    requests = [Request(f"warm-up record {number} ({warmup.signature_name})",
+                        {"signature_name": warmup.signature_name,
+                         "inputs": rest_inputs(warmup.inputs)})
+                for number, warmup in enumerate(read_warmup_requests(model_dir), 1)]
+    serving = signatures.get(SERVING_SIGNATURE)
+    if serving is not None and len(serving.inputs) == 1:
+        [input_name] = serving.inputs
+        for number, example in enumerate(_eval_examples(examples_uri, num_examples), 1):
+            requests.append(Request(
+                f"eval example {number} ({SERVING_SIGNATURE})",
+                {"signature_name": SERVING_SIGNATURE,
+                 "inputs": rest_inputs({input_name: np.array([example], dtype=object)})}))
+    covered = {request.body["signature_name"] for request in requests}
+    for name, signature in sorted(signatures.items()):
+        if name not in covered:
+            zeros = _zeros_request(name, signature)
+            if zeros is not None:
+                requests.append(zeros)
+    return requests
+
+
+def _mib(size: int | None) -> float | None:
+    return None if size is None else round(size / 2**20, 1)
+
+
+def check_candidate(server: ModelServer, model_dir: str, requests: list[Request],
+                    limits: Limits) -> InfraResult:
+    """Start `server`, load `model_dir` into it, send `requests`, judge against `limits`."""
+    result = InfraResult(server=server.kind, memory_limit=limits.memory_limit,
+                         signatures=sorted(serving_signatures(model_dir)))
+    latencies: list[float] = []
+    try:
+        result.start_seconds = round(server.start(START_TIMEOUT_SECONDS), 2)
+        try:
+            loaded = server.load(model_dir, limits.max_load_seconds)
+        except ServerTimeout:
+            return result.refuse(f"the candidate did not load within infra.max_load_seconds "
+                                 f"{limits.max_load_seconds:g} s")
+        if "error" in loaded:
+            return result.refuse(loaded["error"])
+        result.load_seconds = round(loaded["seconds"], 3)
+        for number, request in enumerate(requests, 1):
+            started = time.perf_counter()
+            reply = server.predict(request.body)
+            latencies.append((time.perf_counter() - started) * 1000)
+            result.requests = number
+            if "error" in reply or not isinstance(reply.get("outputs"), (dict, list)):
+                return result.refuse(f"request {number} of {len(requests)} ({request.label}) "
+                                     f"failed: {reply.get('error') or 'no outputs in the reply'}")
+    except ModelServerError as error:
+        return result.refuse(str(error))
+    finally:
+        result.peak_rss_mb = _mib(server.memory_peak_bytes())
+        if latencies:
+            result.p50_ms = round(float(np.percentile(latencies, 50)), 2)
+            result.p99_ms = round(float(np.percentile(latencies, 99)), 2)
+        if server.over_limit():
+            result.refuse(f"peak resident memory {result.peak_rss_mb:.0f} MiB is over "
+                          f"infra.limits.memory {limits.memory_limit}")
+    if result.p99_ms is not None and result.p99_ms > limits.p99_latency_ms:
+        return result.refuse(f"p99 latency {result.p99_ms:.1f} ms over {result.requests} "
+                             f"requests is above infra.p99_latency_ms "
+                             f"{limits.p99_latency_ms:g}")
+    result.blessed = not result.reason
+    return result
