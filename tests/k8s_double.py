@@ -6,10 +6,13 @@ finishes each pod on a script; `ProcessCluster` runs them as processes.
 `ProcessCluster` implements the calls the Kubernetes runner makes (BatchV1Api, CoreV1Api)
 and "runs" each Job by starting its container command as a local process with the
 container's environment (Secrets resolved), one process per pod, an Indexed Job's pods with
-JOB_COMPLETION_INDEX and their Service DNS names mapped to 127.0.0.1. It is the only stand-in
-of the replays (tests/e2e/test_k8s_replay*.py, tests/image/test_container_replay.py, which
-subclasses it to run each pod in the image); ML Metadata is the real PostgreSQL server of
-the `postgres` fixture.
+JOB_COMPLETION_INDEX and their Service DNS names mapped to 127.0.0.1. A native sidecar of
+the TF Serving image (the InfraValidator's, pipelines/kubernetes/infra_sidecar.py) cannot
+run here (no TF Serving binary): tests/tf_serving_double.py runs in its place with the
+container's flags, its REST port and emptyDir folders mapped to a free port and scratch
+folders. It is the only stand-in of the replays (tests/e2e/test_k8s_replay*.py,
+tests/image/test_container_replay.py, which subclasses it to run each pod in the image);
+ML Metadata is the real PostgreSQL server of the `postgres` fixture.
 """
 
 from __future__ import annotations
@@ -36,6 +39,9 @@ TEST_PRECISION = os.environ.get("MPTFX_TEST_PRECISION") or "float32"
 # 0.91-0.95 in float32 and bfloat16 alike) that two runs' accuracies are comparable.
 SMALL = ["data.builtin_per_class=40", "trainer.epochs=8", f"trainer.precision={TEST_PRECISION}",
          "evaluator.min_accuracy=0.5", "tflite.variants=[fp32]"]
+# No registry is reachable from here: a digest the tests make up, so that the rendered
+# objects pin TF Serving by digest as a real config must (infra.serving_image).
+TEST_SERVING_IMAGE = "tensorflow/serving:2.16.1@sha256:" + "5e" * 32
 _DESERIALIZE = ApiClient()._ApiClient__deserialize
 
 
@@ -80,6 +86,7 @@ class ProcessCluster:
             if code is None or pod["seen"]:
                 continue
             pod["seen"] = True
+            self._stop_sidecars(pod)
             if code == 0:
                 job["done"].add(pod["index"])
             else:
@@ -122,13 +129,49 @@ class ProcessCluster:
         hosts = command[command.index("--worker-hosts") + 1].split(",")
         return ",".join(f"{host}=127.0.0.1:{free_port()}" for host in hosts)
 
+    def _start_sidecars(self, pod_name, pod_spec):
+        """Native sidecars of the TF Serving image: tests/tf_serving_double.py in their
+        place (a double at the binary's boundary), with the container's flags but its REST
+        port and emptyDir paths mapped; returns the processes and the replacements the main
+        container's environment values need to reach them."""
+        replacements, processes = {}, []
+        empty_dirs = {v["name"] for v in pod_spec.get("volumes", []) if "emptyDir" in v}
+        for sidecar in pod_spec.get("initContainers", []):
+            if sidecar.get("restartPolicy") != "Always" or \
+                    not sidecar["image"].startswith("tensorflow/serving"):
+                continue
+            for mount in sidecar.get("volumeMounts", []):
+                if mount["name"] in empty_dirs and mount["mountPath"] != "/tmp":
+                    host = self.scratch / pod_name / mount["name"]
+                    host.mkdir(parents=True, exist_ok=True)
+                    replacements[mount["mountPath"]] = str(host)
+            args = []
+            for arg in sidecar.get("args", []):
+                if arg.startswith("--rest_api_port="):
+                    port = free_port()
+                    replacements[f"127.0.0.1:{arg.partition('=')[2]}"] = f"127.0.0.1:{port}"
+                    arg = f"--rest_api_port={port}"
+                for old, new in replacements.items():
+                    arg = arg.replace(old, new)
+                args.append(arg)
+            log = open(self.scratch / f"{pod_name}-{sidecar['name']}.log", "w")  # noqa: SIM115
+            processes.append(subprocess.Popen(
+                [sys.executable, str(REPO / "tests" / "tf_serving_double.py"), *args],
+                cwd=REPO, stdout=log, stderr=subprocess.STDOUT))
+        return processes, replacements
+
     def _start_pod(self, name, job, index):
         container = job["body"]["spec"]["template"]["spec"]["containers"][0]
         pod_name = f"{name}-{index if index is not None else 0}-{len(job['pods'])}"
+        sidecars, replacements = self._start_sidecars(pod_name,
+                                                      job["body"]["spec"]["template"]["spec"])
         env = dict(os.environ)
         for item in container.get("env", []):
             if "value" in item:
-                env[item["name"]] = item["value"]
+                value = item["value"]
+                for old, new in replacements.items():
+                    value = value.replace(old, new)
+                env[item["name"]] = value
             else:
                 ref = item["valueFrom"]["secretKeyRef"]
                 env[item["name"]] = self.secrets[(ref["name"], ref["key"])]
@@ -141,7 +184,15 @@ class ProcessCluster:
         process = subprocess.Popen(command, cwd=REPO, env=env, stdout=log,
                                    stderr=subprocess.STDOUT)
         job["pods"].append({"name": pod_name, "index": index, "process": process,
-                            "seen": False})
+                            "seen": False, "sidecars": sidecars})
+
+    @staticmethod
+    def _stop_sidecars(pod):
+        """A native sidecar is stopped once the pod's containers have ended."""
+        for sidecar in pod.get("sidecars", []):
+            if sidecar.poll() is None:
+                sidecar.kill()
+                sidecar.wait()
 
     def _as_dict(self, name):
         job = self.jobs[name]
@@ -158,10 +209,12 @@ class ProcessCluster:
             for pod in job["pods"]:
                 if pod["process"].poll() is None:
                     pod["process"].kill()
+                self._stop_sidecars(pod)
 
 
 def k8s_overrides(postgres: dict, workspace: Path, poll_seconds: float = 0.5) -> list[str]:
-    """The `kubernetes.*` settings of a replay: its workspace, the test PostgreSQL, no retry."""
+    """The `kubernetes.*` settings of a replay: its workspace, the test PostgreSQL, no retry,
+    and TF Serving (pinned by the tests' digest) as the InfraValidator's sidecar."""
     return [
         f"kubernetes.workspace={workspace}",
         f"kubernetes.metadata.host={postgres['host']}",
@@ -170,6 +223,7 @@ def k8s_overrides(postgres: dict, workspace: Path, poll_seconds: float = 0.5) ->
         f"kubernetes.metadata.user={postgres['user']}",
         f"kubernetes.poll_seconds={poll_seconds}",
         "kubernetes.backoff_limit=0",
+        f"infra.serving_image={TEST_SERVING_IMAGE}",
     ]
 
 
@@ -362,7 +416,7 @@ def assert_same_outcome(replay: dict, nodes: dict, local_nodes: dict, local) -> 
 
     assert {n: info["state"] for n, info in nodes.items()} == \
         {n: info["state"] for n, info in local_nodes.items()}
-    assert set(nodes) == set(local_nodes) and len(nodes) == 10
+    assert set(nodes) == set(local_nodes) and len(nodes) == 11
     for node, info in nodes.items():  # same outputs, node by node: keys and counts
         assert {k: len(v) for k, v in info["outputs"].items()} == \
             {k: len(v) for k, v in local_nodes[node]["outputs"].items()}, node
@@ -372,6 +426,7 @@ def assert_same_outcome(replay: dict, nodes: dict, local_nodes: dict, local) -> 
     assert replayed.data.split_counts == local.data.split_counts
     assert replayed.eval.blessed is local.eval.blessed is True
     assert abs(replayed.eval.accuracy - local.eval.accuracy) < 0.1
+    assert replayed.infra.blessed is local.infra.blessed is True
     assert replayed.pushed.pushed is local.pushed.pushed is True
     assert replayed.pushed.version == local.pushed.version == "1"
     assert Path(replayed.pushed.path, "saved_model.pb").exists()

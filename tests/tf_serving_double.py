@@ -131,3 +131,107 @@ def serve_models(serving_dir: Path, model_name: str,
         server.shutdown()
         server.server_close()
         thread.join()
+
+
+# -- one model from --model_base_path, as `tensorflow_model_server` started with flags ----
+
+
+class BasePathDouble(TFServingDouble):
+    """The double for `tensorflow_model_server --model_name=M --model_base_path=P`: like
+    TF Serving's file-system source, it serves the newest integer version folder under P,
+    looked for every `poll_seconds` (a hidden or half-copied folder is not a version), and
+    answers 404 while there is none. What the InfraValidator's TF Serving sidecar does."""
+
+    base_path: Path
+    poll_seconds: float
+
+    def versions(self) -> list[int]:
+        if not self.base_path.is_dir():
+            return []
+        return sorted(int(p.name) for p in self.base_path.iterdir()
+                      if p.name.isdigit() and (p / "saved_model.pb").exists())
+
+    def do_GET(self) -> None:  # noqa: N802
+        import tensorflow as tf
+
+        versions = self.versions()
+        if not versions:
+            return self.reply(404, {"error": f"Could not find any versions of model "
+                                             f"{self.model_name}"})
+        for version in versions:  # TF Serving loads a version before it is AVAILABLE
+            if version not in self.models:
+                self.models[version] = tf.saved_model.load(str(self.base_path / str(version)))
+        self.reply(200, {"model_version_status": [
+            {"version": str(v), "state": "AVAILABLE", "status": {"error_code": "OK"}}
+            for v in versions]})
+
+    def resolve_version(self, parts: list[str]) -> int | None:
+        versions = self.versions()
+        if len(parts) == 5 and parts[3] == "versions":
+            return int(parts[4]) if int(parts[4]) in versions else None
+        return versions[-1] if versions else None
+
+    def predict(self, version: int, body: dict) -> dict:
+        import tensorflow as tf
+
+        if version not in self.models:
+            self.models[version] = tf.saved_model.load(str(self.base_path / str(version)))
+        try:
+            return super().predict(version, body)
+        except Exception as error:  # TF Serving answers a failed request with its error
+            lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+            cause = [line for line in lines if line.startswith("assertion failed")]
+            return {"error": (cause or lines or [type(error).__name__])[0][:300]}
+
+    def do_POST(self) -> None:  # noqa: N802
+        path, _, verb = self.path.partition(":")
+        parts = path.strip("/").split("/")
+        if verb != "predict" or parts[:3] != ["v1", "models", self.model_name]:
+            return self.reply(404, {"error": f"no such path {self.path}"})
+        version = self.resolve_version(parts)
+        if version is None:
+            return self.reply(404, {"error": "Servable not found"})
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        answer = self.predict(version, body)
+        self.reply(400 if "error" in answer else 200, answer)
+
+
+@contextlib.contextmanager
+def serve_base_path(base_path: Path, model_name: str, port: int = 0
+                    ) -> Iterator[RunningDouble]:
+    """The base-path double on 127.0.0.1:`port` (0: a free one); stopped on exit."""
+    state = {"base_path": Path(base_path), "model_name": model_name, "poll_seconds": 1.0,
+             "answer_from": {}, "models": {}, "serving_dir": Path(base_path)}
+    bound = type("Handler", (BasePathDouble,), state)
+    server = ThreadingHTTPServer(("127.0.0.1", port), bound)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield RunningDouble(bound, server)
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`python tests/tf_serving_double.py FLAGS`: what a test starts in place of the TF
+    Serving container (tests/k8s_double.py), with the container's own flags; it reads
+    --rest_api_port, --model_name and --model_base_path and ignores the others (batching,
+    monitoring, warm-up), which change nothing a REST client sees. Runs until killed."""
+    import argparse
+    import sys
+
+    parser = argparse.ArgumentParser(prog="tf_serving_double")
+    parser.add_argument("--rest_api_port", type=int, required=True)
+    parser.add_argument("--model_name", required=True)
+    parser.add_argument("--model_base_path", required=True)
+    args, _ignored = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
+    import tensorflow  # noqa: F401 - before the port opens: the binary starts ready to load
+
+    with serve_base_path(Path(args.model_base_path), args.model_name, args.rest_api_port):
+        threading.Event().wait()
+
+
+if __name__ == "__main__":
+    main()

@@ -9,6 +9,7 @@ from typing import Any
 
 from components.errors import EXIT_USAGE
 from components.pod_env import PASSWORD_ENV
+from pipelines.kubernetes.infra_sidecar import INFRA_NODE, add_tf_serving_sidecar
 from pipelines.kubernetes.ir import NodePlan
 
 LABEL_RUN = "mptfx.dev/run-id"
@@ -200,7 +201,10 @@ def node_objects(config: Any, run_id: str, node: NodePlan, plan: list[NodePlan],
     trainer = config.kubernetes.trainer
     command = _node_command(ir_location, node.node_id)
     if not node.is_trainer or trainer.workers == 1:
-        return [_job(config, run_id, node, plan, attempt, {"command": command})]
+        job = _job(config, run_id, node, plan, attempt, {"command": command})
+        if node.node_id == INFRA_NODE and config.infra.serving_image:
+            add_tf_serving_sidecar(job["spec"]["template"]["spec"], config)
+        return [job]
     if trainer.use_tfjob:
         return [tfjob(config, run_id, node, plan, ir_location, attempt)]
     name = job_name(run_id, node.node_id, attempt)

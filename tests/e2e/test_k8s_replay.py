@@ -62,7 +62,7 @@ def test_replay_runs_every_node_as_its_own_process_in_the_runners_order(replay):
     report, cluster = replay["report"], replay["cluster"]
     assert report.succeeded, replay["out"]
     assert cluster.order[0] == "Ingest" and cluster.order[-1] == "TFLite"
-    assert len(cluster.order) == 10 and len(set(cluster.order)) == 10
+    assert len(cluster.order) == 11 and len(set(cluster.order)) == 11
     # Each node ran in a separate process whose log shows the entrypoint's own lines.
     for node in ("Ingest", "Trainer", "Evaluator"):
         [pod] = cluster.jobs[report.nodes[node].job]["pods"]

@@ -63,7 +63,7 @@ def test_compiled_trainer_names_the_staged_copy_in_the_pipeline_root(user_model_
 def test_each_pod_runs_and_the_trainer_pod_imports_the_staged_copy(user_model_replay):
     report, cluster = user_model_replay["report"], user_model_replay["cluster"]
     assert report.succeeded, user_model_replay["out"]
-    assert len(cluster.order) == 10 and cluster.order[-1] == "TFLite"
+    assert len(cluster.order) == 11 and cluster.order[-1] == "TFLite"
     [pod] = cluster.jobs[report.nodes["Trainer"].job]["pods"]
     assert pod["process"].returncode == 0
     model_runs = list(user_model_replay["workspace"].rglob("training_summary.json"))

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.e2e
 FORCED_PRECISION = os.environ.get("MPTFX_TEST_PRECISION", "")
 
 COMPONENTS = ["Ingest", "StatisticsGen", "SchemaGen", "ExampleValidator", "DataValidationGate",
-              "Trainer", "LatestBlessedModel", "Evaluator", "Pusher", "TFLite"]
+              "Trainer", "LatestBlessedModel", "Evaluator", "InfraValidator", "Pusher", "TFLite"]
 
 
 @pytest.fixture(scope="session")
@@ -118,6 +118,24 @@ def test_model_is_accurate_blessed_and_pushed_in_tf_serving_layout(digits_run):
     assert version_dir.name == str(pushed.version) and version_dir.name.isdigit()
     assert (version_dir / "saved_model.pb").exists()
     assert version_dir.parent.name == "digits"
+
+
+def test_the_infra_validator_loads_and_queries_the_candidate_before_the_push(digits_run):
+    summary = digits_run[1].summary
+    order = list(summary.components)
+    assert order.index("Evaluator") < order.index("InfraValidator") < order.index("Pusher")
+    infra = summary.infra
+    assert infra.blessed is True and infra.checked is True and infra.reason is None
+    assert infra.server == "model process" and infra.memory_limit == "4Gi"
+    assert infra.signatures == ["predict_images", "predict_normalized", "serving_default"]
+    # 2 warm-up records, 16 eval examples, zeros for predict_normalized
+    assert infra.requests == 19
+    assert 0 < infra.load_seconds <= 60 and 0 < infra.p50_ms <= infra.p99_ms <= 250
+    assert 0 < infra.peak_rss_mb < 4096
+    [line] = [line for line in digits_run[1].stderr.splitlines() if "infra:" in line]
+    assert f"loaded in {infra.load_seconds:.2f} s" in line and f"p99 {infra.p99_ms:.1f} ms" in line
+    assert line.split("infra:")[1].strip().startswith("BLESSED")
+    assert Path(infra.blessing_uri, "INFRA_BLESSED").exists()
 
 
 def test_pushed_saved_model_classifies_eval_images(digits_run):
@@ -230,6 +248,8 @@ def test_accuracy_floor_not_met_reports_why_and_pushes_nothing(digits_run, unble
     assert "sparse_categorical_accuracy" in reason and "min_accuracy 0.999" in reason
     assert f"{summary.eval.accuracy:.4f}" in reason
     assert summary.pushed.to_dict() == {"pushed": False}
+    # Nothing to push, nothing to check: not an InfraValidator refusal, still exit 0.
+    assert summary.infra.checked is False and summary.infra.blessed is False
     assert "NOT blessed" in strict.stderr
     served = Path(digits_run[1].summary.pushed.path).parent
     assert sorted(p.name for p in served.iterdir()) == ["1"]

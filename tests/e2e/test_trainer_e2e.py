@@ -69,8 +69,8 @@ def _assert_completed(summary: RunSummary, components: set[str]) -> None:
 
 
 CLASSIFICATION = {"Ingest", "StatisticsGen", "SchemaGen", "ExampleValidator",
-                  "DataValidationGate", "Trainer", "LatestBlessedModel", "Evaluator", "Pusher",
-                  "TFLite"}
+                  "DataValidationGate", "Trainer", "LatestBlessedModel", "Evaluator",
+                  "InfraValidator", "Pusher", "TFLite"}
 
 
 def test_mixed_float16_is_within_two_points_of_float32(runs):

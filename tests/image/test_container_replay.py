@@ -46,6 +46,10 @@ class ContainerCluster(ProcessCluster):
         spec = pod["containers"][0]
         assert spec["image"] == self.image  # the pod runs the image under test
         pod_name = f"{name}-{index if index is not None else 0}-{len(job['pods'])}"
+        # TF Serving's sidecar: the double on the host (chroot isolation shares its network),
+        # serving the host folder that stands in for the shared emptyDir.
+        sidecars, replacements = self._start_sidecars(pod_name, pod)
+        ports = {old: new for old, new in replacements.items() if old.startswith("127.0.0.1:")}
         volumes = {volume["name"]: volume for volume in pod["volumes"]}
         mounts = {}
         for mount in spec["volumeMounts"]:
@@ -56,17 +60,22 @@ class ContainerCluster(ProcessCluster):
                 mounts[empty_dir(self.scratch / pod_name / mount["name"])] = mount["mountPath"]
         security = {**pod.get("securityContext", {}), **spec.get("securityContext", {})}
         user = f"{security['runAsUser']}:{security['runAsGroup']}"
-        process = self.container.popen([*spec["command"], *spec.get("args", [])],
-                                       container_env(spec, self.secrets), mounts,
+        env = container_env(spec, self.secrets)
+        for key, value in env.items():
+            for old, new in ports.items():
+                env[key] = value = value.replace(old, new)
+        process = self.container.popen([*spec["command"], *spec.get("args", [])], env, mounts,
                                        self.scratch / f"{pod_name}.log", user=user)
         job["pods"].append({"name": pod_name, "index": index, "process": process,
-                            "seen": False, "user": user, "mounts": mounts})
+                            "seen": False, "user": user, "mounts": mounts,
+                            "sidecars": sidecars})
 
     def stop(self):
         for job in self.jobs.values():
             for pod in job["pods"]:
                 if pod["process"].poll() is None:
                     self.container.stop(pod["process"])
+                self._stop_sidecars(pod)
 
 
 @pytest.fixture(scope="module")
@@ -103,7 +112,7 @@ def test_every_job_runs_its_container_in_the_image_in_the_runners_order(replay):
             for job in cluster.jobs.values() for pod in job["pods"]}
     assert report.succeeded, replay["out"] + "\n".join(logs.values())
     assert cluster.order[0] == "Ingest" and cluster.order[-1] == "TFLite"
-    assert len(cluster.order) == 10 and len(set(cluster.order)) == 10
+    assert len(cluster.order) == 11 and len(set(cluster.order)) == 11
     for job in cluster.jobs.values():
         [pod] = job["pods"]
         assert pod["user"] == "10001:10001" and pod["process"].returncode == 0

@@ -366,7 +366,7 @@ def test_cluster_retraining_runs_every_node_as_a_job_against_the_clusters_metada
     assert cli.main(["retrain", "--runner", "kubernetes", "--in-cluster", *sets]) == 0
     out = capfd.readouterr().out
     nodes = {cluster.jobs[name]["node"] for name in cluster.created}
-    assert {"Ingest", "Trainer", "Evaluator", "Pusher"} <= nodes and len(nodes) == 10
+    assert {"Ingest", "Trainer", "Evaluator", "Pusher"} <= nodes and len(nodes) == 11
     [ir_path] = (tmp_path / "tfx/mptfx-digits/_mptfx").glob("*/pipeline.json")
     stored = ir_path.read_text()
     assert f'"host": "{postgres["host"]}"' in stored and "sqlite" not in stored

@@ -426,3 +426,55 @@ def test_every_pod_records_to_the_clusters_mlflow_server_with_credentials_from_a
         assert "value" not in env["MPTFX_MLMD_PASSWORD"]
     no_login = driver_job(_config(), "r1")["spec"]["template"]["spec"]["containers"][0]["env"]
     assert not any(e["name"].startswith("MLFLOW_TRACKING_P") for e in no_login)
+
+
+# -- the InfraValidator's pod: TF Serving as a native sidecar ----------------------------------
+
+INFRA_NODE = NodePlan("InfraValidator", ("Evaluator", "Ingest", "Trainer"), "cpu")
+# The Deployment's flags that say what it serves (models.config and its labels): the sidecar
+# serves one candidate from a folder instead.
+_MODEL_SOURCE_FLAGS = ("--model_config_file", "--allow_version_labels_for_unavailable_models",
+                       "--file_system_poll_wait_seconds")
+
+
+def test_the_infra_validator_runs_tf_serving_pinned_by_digest_beside_the_node(rendered,
+                                                                           tmp_path):
+    """With infra.serving_image, the InfraValidator's Job runs TF Serving (pinned by digest)
+    as a native sidecar with the CPU serving Deployment's flags, resources and security
+    context; the whole Job validates strictly against Kubernetes 1.30."""
+    from tests.k8s_double import TEST_SERVING_IMAGE
+
+    [job] = node_objects(_config(f"infra.serving_image={TEST_SERVING_IMAGE}"), "r1",
+                         INFRA_NODE, [*PLAN, INFRA_NODE], "/mnt/mptfx/ir.json")
+    path = tmp_path / "infra-job.yaml"
+    path.write_text(yaml.safe_dump(job))
+    result = validate([path])
+    assert result.returncode == 0, result.stdout + result.stderr
+
+    pod = job["spec"]["template"]["spec"]
+    [sidecar] = pod["initContainers"]
+    assert sidecar["restartPolicy"] == "Always"  # a native sidecar: ends with the node
+    assert re.fullmatch(r"tensorflow/serving:2\.16\.1@sha256:[0-9a-f]{64}", sidecar["image"])
+    deployment = _by_kind(rendered["base"], "Deployment")["mptfx-serving-cpu"]
+    [serving] = deployment["spec"]["template"]["spec"]["containers"]
+    assert sidecar["command"] == serving["command"] == ["tensorflow_model_server"]
+    same = [arg for arg in serving["args"] if not arg.startswith(_MODEL_SOURCE_FLAGS)]
+    assert set(same) <= set(sidecar["args"])
+    assert "--model_name=digits" in sidecar["args"]
+    assert "--model_base_path=/infra/candidate" in sidecar["args"]
+    assert sidecar["resources"] == serving["resources"]
+    assert sidecar["securityContext"] == serving["securityContext"]
+    serving_volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["tf-serving-config"]["configMap"] == serving_volumes["config"]["configMap"]
+    [node] = pod["containers"]
+    env = {item["name"]: item.get("value") for item in node["env"]}
+    assert env["MPTFX_INFRA_SERVING_URL"] == "http://127.0.0.1:8501"
+    assert env["MPTFX_INFRA_MODEL_DIR"] == "/infra/candidate"
+    mounts = {m["name"]: m for m in node["volumeMounts"]}
+    assert mounts["infra-candidate"]["mountPath"] == "/infra/candidate"
+    assert not mounts["infra-candidate"].get("readOnly")
+    assert {m["name"]: m for m in sidecar["volumeMounts"]}["infra-candidate"]["readOnly"]
+    # Without a pinned image the node checks in its own TensorFlow: no sidecar.
+    [plain] = node_objects(_config(), "r1", INFRA_NODE, [*PLAN, INFRA_NODE], "/ir.json")
+    assert "initContainers" not in plain["spec"]["template"]["spec"]

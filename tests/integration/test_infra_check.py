@@ -1,0 +1,134 @@
+"""The InfraValidator's check on real SavedModels, without a pipeline run: the exporter's
+own models (a seed CNN, and tests/data/user_models/fails_on_blank_images.py, which fails on
+the blank warm-up images), real tiny digits Examples, the real model process.
+
+TF Serving's binary cannot run here (no PyPI, Debian or npm package): the sidecar client is
+tested against tests/tf_serving_double.py's base-path double, which serves the SavedModel
+through TF Serving's REST API as `tensorflow_model_server --model_base_path` would.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from components.infra.check import Limits, build_requests, check_candidate
+from components.infra.config import quantity_bytes
+from components.infra.model_process import ModelProcess
+from components.infra.tf_serving import TFServingSidecar
+from tests.tf_serving_double import serve_base_path
+from tests.trainer_testdata import write_digits_examples
+
+REPO = Path(__file__).resolve().parents[2]
+FAILS_IN_SERVING = REPO / "tests" / "data" / "user_models" / "fails_on_blank_images.py"
+LABELS = [str(d) for d in range(10)]
+NUM_EXAMPLES = 4
+
+
+def _limits(memory: str = "4Gi", max_load_seconds: float = 60.0,
+            p99_latency_ms: float = 250.0) -> Limits:
+    return Limits(max_load_seconds, p99_latency_ms, memory, quantity_bytes(memory))
+
+
+@pytest.fixture(scope="module")
+def candidates(tmp_path_factory):
+    """A seed CNN and the blank-failing model, exported as the Trainer exports, and Examples."""
+    from components.trainer.export import export_serving_model
+    from models import build_model
+    from models.user_module import register_user_model, stage_module_file
+
+    root = tmp_path_factory.mktemp("candidates")
+    good = export_serving_model(build_model("seed_cnn", (8, 8, 1), 10), "seed_cnn", {},
+                                [8, 8], 1, LABELS, str(root / "good"))
+    staged = stage_module_file(str(FAILS_IN_SERVING), str(root / "pipeline"))
+    name = register_user_model(staged.path, "build_model", "classification", staged.sha256)
+    bad = export_serving_model(build_model(name, (8, 8, 1), 10), name, {}, [8, 8], 1, LABELS,
+                               str(root / "bad"))
+    return {"good": good, "bad": bad, "examples": write_digits_examples(str(root), 40),
+            "root": root}
+
+
+def _check(candidates, model: str, limits: Limits, log: str):
+    requests = build_requests(candidates[model], candidates["examples"], NUM_EXAMPLES)
+    with ModelProcess(limits.memory_limit_bytes, candidates["root"] / log) as server:
+        return check_candidate(server, candidates[model], requests, limits), requests
+
+
+def test_a_servable_candidate_is_blessed_with_its_load_time_latency_and_memory(candidates):
+    result, requests = _check(candidates, "good", _limits(), "good.log")
+    assert [r.label for r in requests] == [
+        "warm-up record 1 (serving_default)", "warm-up record 2 (predict_images)",
+        *[f"eval example {n} (serving_default)" for n in range(1, NUM_EXAMPLES + 1)],
+        "zeros (predict_normalized)"]
+    assert result.blessed is True and result.reason == ""
+    assert result.server == "model process" and result.requests == len(requests)
+    assert result.signatures == ["predict_images", "predict_normalized", "serving_default"]
+    assert 0 < result.load_seconds < 60 and result.start_seconds > 0
+    assert 0 < result.p50_ms <= result.p99_ms
+    # A process that imported TensorFlow and holds the model: hundreds of MiB, under 4 GiB.
+    assert 100 < result.peak_rss_mb < 4096
+
+
+def test_a_signature_failing_on_its_warm_up_request_is_refused_naming_it(candidates):
+    result, _ = _check(candidates, "bad", _limits(), "bad.log")
+    assert result.blessed is False and result.load_seconds is None and result.requests == 0
+    assert result.reason.startswith(
+        "warm-up request 1 (serving_default) failed while loading: InvalidArgumentError: "
+        "assertion failed: [StretchContrast: a blank image has no contrast to stretch")
+    assert "\n" not in result.reason
+
+
+def test_a_process_over_the_memory_limit_is_killed_and_refused(candidates):
+    # TensorFlow alone takes more than 300 MiB resident: killed as the OOM killer would.
+    result, _ = _check(candidates, "good", _limits(memory="300Mi"), "memory.log")
+    assert result.blessed is False
+    assert result.reason.startswith("the model process went over the memory limit 300 MiB "
+                                    "while starting (resident ")
+    assert result.reason.endswith("killed as the out-of-memory killer would")
+
+
+@pytest.fixture
+def sidecar(candidates, tmp_path):
+    """The TF Serving double on a base path, and the client the InfraValidator's pod uses."""
+    base = tmp_path / "candidate"
+    base.mkdir()
+    with serve_base_path(base, "digits") as double, \
+            TFServingSidecar(double.url, str(base), "digits") as client:
+        yield client, base
+
+
+def test_tf_serving_gets_the_candidate_as_version_1_and_blesses_it(candidates, sidecar):
+    client, base = sidecar
+    requests = build_requests(candidates["good"], candidates["examples"], NUM_EXAMPLES)
+    result = check_candidate(client, candidates["good"], requests, _limits())
+    assert result.blessed is True and result.server == "tf serving"
+    assert result.requests == len(requests) == NUM_EXAMPLES + 3
+    assert result.peak_rss_mb is None  # the kubelet's to enforce, not visible from the node
+    assert sorted(os.listdir(base)) == ["1"]  # copied in whole: no staging folder left
+    assert (base / "1" / "saved_model.pb").exists()
+
+
+def test_a_request_tf_serving_refuses_is_a_refusal_naming_it(candidates, sidecar):
+    client, base = sidecar
+    requests = build_requests(candidates["bad"], candidates["examples"], NUM_EXAMPLES)
+    result = check_candidate(client, candidates["bad"], requests, _limits())
+    assert result.blessed is False
+    assert result.reason.startswith(f"request 1 of {len(requests)} (warm-up record 1 "
+                                    "(serving_default)) failed: assertion failed: "
+                                    "[StretchContrast: a blank image")
+
+
+def test_over_the_latency_or_load_budget_is_refused_naming_the_key(candidates, tmp_path):
+    requests = build_requests(candidates["good"], candidates["examples"], NUM_EXAMPLES)
+    for name, limits, expected in [
+            ("slow", _limits(p99_latency_ms=0.001), "is above infra.p99_latency_ms 0.001"),
+            ("late", _limits(max_load_seconds=1e-6),
+             "the candidate did not load within infra.max_load_seconds 1e-06 s")]:
+        base = tmp_path / name
+        base.mkdir()
+        with serve_base_path(base, "digits") as double, \
+                TFServingSidecar(double.url, str(base), "digits") as client:
+            result = check_candidate(client, candidates["good"], requests, limits)
+        assert result.blessed is False and expected in result.reason, result.reason
