@@ -32,6 +32,8 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
+from components.core.text import one_line
+
 _WATCH_SECONDS = 0.02
 
 
@@ -44,15 +46,16 @@ class ServerTimeout(ModelServerError):
 
 
 def first_line(error: BaseException) -> str:
-    """What went wrong, in one line: TensorFlow's op errors carry their cause after lines of
-    graph context ("Graph execution error:", "Detected at node ..."), so that line is taken."""
+    """What went wrong, in one line, after the exception's type. TensorFlow's op errors put
+    lines of graph context first ("Graph execution error:", "Detected at node ..."), so
+    those are dropped before `one_line` takes the first."""
     text = getattr(error, "message", None) or str(error)
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
     skip = ("Graph execution error", "Detected at node", "<stack traces", "File ",
             "Traceback", "[[")
-    meaningful = [line for line in lines if not line.startswith(skip)]
-    chosen = meaningful[0] if meaningful else (lines[0] if lines else "")
-    return f"{type(error).__name__}: {chosen[:300]}" if chosen else type(error).__name__
+    cause = "\n".join(line for line in text.splitlines()
+                      if line.strip() and not line.strip().startswith(skip))
+    line = one_line(cause or text, limit=300)
+    return f"{type(error).__name__}: {line}" if line else type(error).__name__
 
 
 def _peak_rss_bytes() -> int:
