@@ -136,14 +136,24 @@ def serve_models(serving_dir: Path, model_name: str,
 # -- one model from --model_base_path, as `tensorflow_model_server` started with flags ----
 
 
+def _cause(error: Exception) -> str:
+    """The line of a TensorFlow error TF Serving reports: the assertion, else the first."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    cause = [line for line in lines if line.startswith("assertion failed")]
+    return next(iter(cause or lines), type(error).__name__)[:300]
+
+
 class BasePathDouble(TFServingDouble):
     """The double for `tensorflow_model_server --model_name=M --model_base_path=P`: like
     TF Serving's file-system source, it serves the newest integer version folder under P,
     looked for every `poll_seconds` (a hidden or half-copied folder is not a version), and
-    answers 404 while there is none. What the InfraValidator's TF Serving sidecar does."""
+    answers 404 while there is none; a version is AVAILABLE once loaded and its warm-up
+    records replayed (END with the error otherwise). What the InfraValidator's TF Serving
+    sidecar does."""
 
     base_path: Path
     poll_seconds: float
+    load_errors: dict[int, str]
 
     def versions(self) -> list[int]:
         if not self.base_path.is_dir():
@@ -152,18 +162,37 @@ class BasePathDouble(TFServingDouble):
                       if p.name.isdigit() and (p / "saved_model.pb").exists())
 
     def do_GET(self) -> None:  # noqa: N802
-        import tensorflow as tf
-
         versions = self.versions()
         if not versions:
             return self.reply(404, {"error": f"Could not find any versions of model "
                                              f"{self.model_name}"})
         for version in versions:  # TF Serving loads a version before it is AVAILABLE
-            if version not in self.models:
-                self.models[version] = tf.saved_model.load(str(self.base_path / str(version)))
+            if version not in self.models and version not in self.load_errors:
+                self.load(version)
         self.reply(200, {"model_version_status": [
+            {"version": str(v), "state": "END", "status": {
+                "error_code": "UNKNOWN", "error_message": self.load_errors[v]}}
+            if v in self.load_errors else
             {"version": str(v), "state": "AVAILABLE", "status": {"error_code": "OK"}}
             for v in versions]})
+
+    def load(self, version: int) -> None:
+        """Load a version and replay its warm-up records, as `--enable_model_warmup` does:
+        a record that fails makes the version END with the error, never AVAILABLE."""
+        import tensorflow as tf
+
+        from components.serving.warmup_requests import read_warmup_requests
+
+        folder = str(self.base_path / str(version))
+        model = tf.saved_model.load(folder)
+        for request in read_warmup_requests(folder):
+            try:
+                model.signatures[request.signature_name](
+                    **{k: tf.constant(v) for k, v in request.inputs.items()})
+            except Exception as error:
+                self.load_errors[version] = _cause(error)
+                return
+        self.models[version] = model
 
     def resolve_version(self, parts: list[str]) -> int | None:
         versions = self.versions()
@@ -172,16 +201,13 @@ class BasePathDouble(TFServingDouble):
         return versions[-1] if versions else None
 
     def predict(self, version: int, body: dict) -> dict:
-        import tensorflow as tf
-
         if version not in self.models:
-            self.models[version] = tf.saved_model.load(str(self.base_path / str(version)))
+            return {"error": f"Servable not found for request: Specific({self.model_name}, "
+                             f"{version})"}
         try:
             return super().predict(version, body)
         except Exception as error:  # TF Serving answers a failed request with its error
-            lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-            cause = [line for line in lines if line.startswith("assertion failed")]
-            return {"error": (cause or lines or [type(error).__name__])[0][:300]}
+            return {"error": _cause(error)}
 
     def do_POST(self) -> None:  # noqa: N802
         path, _, verb = self.path.partition(":")
@@ -201,7 +227,7 @@ def serve_base_path(base_path: Path, model_name: str, port: int = 0
                     ) -> Iterator[RunningDouble]:
     """The base-path double on 127.0.0.1:`port` (0: a free one); stopped on exit."""
     state = {"base_path": Path(base_path), "model_name": model_name, "poll_seconds": 1.0,
-             "answer_from": {}, "models": {}, "serving_dir": Path(base_path)}
+             "answer_from": {}, "models": {}, "load_errors": {}, "serving_dir": Path(base_path)}
     bound = type("Handler", (BasePathDouble,), state)
     server = ThreadingHTTPServer(("127.0.0.1", port), bound)
     thread = threading.Thread(target=server.serve_forever, daemon=True)

@@ -110,13 +110,12 @@ def test_tf_serving_gets_the_candidate_as_version_1_and_blesses_it(candidates, s
     assert (base / "1" / "saved_model.pb").exists()
 
 
-def test_a_request_tf_serving_refuses_is_a_refusal_naming_it(candidates, sidecar):
-    client, base = sidecar
+def test_a_candidate_tf_serving_cannot_load_is_refused_with_its_error(candidates, sidecar):
+    client, _ = sidecar
     requests = build_requests(candidates["bad"], candidates["examples"], NUM_EXAMPLES)
     result = check_candidate(client, candidates["bad"], requests, _limits())
-    assert result.blessed is False
-    assert result.reason.startswith(f"request 1 of {len(requests)} (warm-up record 1 "
-                                    "(serving_default)) failed: assertion failed: "
+    assert result.blessed is False and result.requests == 0
+    assert result.reason.startswith("TF Serving did not load it: UNKNOWN: assertion failed: "
                                     "[StretchContrast: a blank image")
 
 
