@@ -104,8 +104,8 @@ def describe_infra(infra: InfraSection) -> str:
     if infra.load_seconds is not None:
         measured.append(f"loaded in {infra.load_seconds:.2f} s")
     if infra.p99_ms is not None:
-        measured.append(f"p50 {infra.p50_ms:.1f} ms, p99 {infra.p99_ms:.1f} ms over "
-                        f"{infra.requests} requests")
+        measured.append(f"p50 {infra.p50_ms:.1f} ms, p99 {infra.p99_ms:.1f} ms, "
+                        f"{infra.requests} requests answered")
     if infra.peak_rss_mb is not None:
         measured.append(f"peak RSS {infra.peak_rss_mb:.0f} MiB of {infra.memory_limit}")
     verdict = "BLESSED" if infra.blessed else f"NOT blessed: {infra.reason}"
