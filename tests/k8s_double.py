@@ -428,6 +428,10 @@ def assert_same_outcome(replay: dict, nodes: dict, local_nodes: dict, local) -> 
     assert replayed.eval.blessed is local.eval.blessed is True
     assert abs(replayed.eval.accuracy - local.eval.accuracy) < 0.1
     assert replayed.infra.blessed is local.infra.blessed is True
+    # The replay's check ran against TF Serving's REST API (its sidecar), the local one in
+    # a model process of its own: the same requests either way.
+    assert (replayed.infra.server, local.infra.server) == ("tf serving", "model process")
+    assert replayed.infra.requests == local.infra.requests
     assert replayed.pushed.pushed is local.pushed.pushed is True
     assert replayed.pushed.version == local.pushed.version == "1"
     assert Path(replayed.pushed.path, "saved_model.pb").exists()

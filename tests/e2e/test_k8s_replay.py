@@ -72,6 +72,11 @@ def test_replay_runs_every_node_as_its_own_process_in_the_runners_order(replay):
             in log
         assert f"mptfx node: {node} complete in" in log
     assert "< Trainer succeeded in" in replay["out"]
+    # The InfraValidator's pod ran TF Serving's sidecar (the double in its place), stopped
+    # with the node as a native sidecar is.
+    [pod] = cluster.jobs[report.nodes["InfraValidator"].job]["pods"]
+    [sidecar] = pod["sidecars"]
+    assert sidecar.poll() is not None
 
 
 def test_replay_produces_the_same_artifacts_and_blessing_as_the_local_run(replay, local_run,
