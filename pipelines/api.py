@@ -26,10 +26,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from components.core.text import one_line
 from components.errors import UsageError
 from components.redact import redact_text, redact_tree
 from components.run_summary import SUMMARY_FILE, RunSummary
-from pipelines.console import library_output_to, one_line, quiet_tensorflow
+from pipelines.console import library_output_to, quiet_tensorflow
 from pipelines.data_source import resolve_data
 from pipelines.workspace import Workspace, new_run_id
 

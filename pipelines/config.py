@@ -24,6 +24,7 @@ from components.monitor.config import MonitorSection, RequestLogSection
 
 # The Trainer owns the sections it reads; they are composed here, and run_fn validates its
 # custom_config with the same classes (components/trainer/config.py).
+from components.core.text import one_line
 from components.trainer.config import DataSection as TrainerDataSection
 from components.trainer.config import (
     ExportSection,
@@ -335,8 +336,7 @@ def load_config(path: str | os.PathLike | None = None, overrides: list[str] = ()
                               f"{error.object[error.start]:#04x} at offset {error.start})") \
                 from None
         except (OSError, yaml.YAMLError) as error:
-            reason = str(error).splitlines()[0]
-            raise ConfigError(f"cannot read config file {source}: {reason}") from None
+            raise ConfigError(f"cannot read config file {source}: {one_line(error)}") from None
         if loaded is not None and not isinstance(loaded, dict):
             raise ConfigError(f"config file {source} must hold a mapping of sections")
         tree = loaded or {}

@@ -24,6 +24,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from components.core.text import one_line
 from components.errors import (
     EXIT_INTERRUPTED,
     EXIT_OK,
@@ -46,8 +47,7 @@ def make_clients(in_cluster: bool = False, context: str | None = None) -> tuple[
         where = "the in-cluster ServiceAccount" if in_cluster else "kubeconfig (~/.kube/config " \
             "or $KUBECONFIG)"
         raise UsageError(f"cannot load Kubernetes credentials from {where}: "
-                         f"{str(error).splitlines()[0] if str(error) else type(error).__name__}"
-                         ) from None
+                         f"{one_line(error)}") from None
     return client.BatchV1Api(), client.CoreV1Api(), client.CustomObjectsApi()
 
 

@@ -48,7 +48,7 @@ def record_run(
         ML Metadata could not be read.
     """
     from components import tracking
-    from pipelines.console import one_line
+    from components.core.text import one_line
     from pipelines.node_entrypoint import connection_config, describe_database
     from pipelines.summary import build_summary, collect_outputs
 

@@ -34,6 +34,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from components.core.text import one_line
 from components.errors import EXIT_OK, EXIT_PIPELINE_FAILED, EXIT_USAGE, UsageError
 from components.pod_env import (
     PASSWORD_ENV,
@@ -81,16 +82,11 @@ def load_ir(uri: str) -> Any:
         else:
             text = Path(uri).read_text()
     except Exception as error:  # fileio raises NotFoundError, OSError, ... per filesystem
-        raise UsageError(f"cannot read the pipeline IR {uri}: {_first_line(error)}") from None
+        raise UsageError(f"cannot read the pipeline IR {uri}: {one_line(error)}") from None
     try:
         return json_format.Parse(text, pipeline_pb2.Pipeline())
     except json_format.ParseError as error:
         raise UsageError(f"{uri} is not a compiled mptfx pipeline: {error}") from None
-
-
-def _first_line(error: BaseException) -> str:
-    lines = str(error).strip().splitlines()
-    return lines[0] if lines else type(error).__name__
 
 
 def _deployment(ir: Any) -> Any:
@@ -158,7 +154,7 @@ def _open_store(config: Any, attempts: int = CONNECT_ATTEMPTS) -> Any:
         except Exception as error:  # MLMD raises its own errors (UnavailableError, ...)
             if attempt == attempts:
                 raise UsageError(f"cannot connect to ML Metadata at "
-                                 f"{describe_database(config)}: {_first_line(error)}") from None
+                                 f"{describe_database(config)}: {one_line(error)}") from None
             time.sleep(CONNECT_RETRY_SECONDS * attempt)
     raise AssertionError("unreachable")
 
@@ -357,7 +353,7 @@ def run_node(ir: Any, node_id: str, worker_hosts: list[str], chief_timeout: floa
         launch_node(local_ir, node_id)
     except Exception as error:
         _log.exception("node %s failed", node_id)
-        _say(f"{node_id} failed after {time.monotonic() - started:.1f} s: {_first_line(error)}")
+        _say(f"{node_id} failed after {time.monotonic() - started:.1f} s: {one_line(error)}")
         return EXIT_PIPELINE_FAILED
     executions = _run_executions(_open_store(config), node)
     state = _state_name(executions[-1]) if executions else "skipped"

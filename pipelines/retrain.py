@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from components.core.text import one_line
 from components.errors import EXIT_OK, UsageError
 
 SCHEMA_FILE = "schema.pbtxt"
@@ -59,8 +60,7 @@ def trained_inputs(metadata: str | Any, pipeline_name: str) -> list[dict[str, An
         from pipelines.node_entrypoint import describe_database
 
         raise UsageError(f"cannot read ML Metadata at {describe_database(config)}: "
-                         f"{str(error).strip().splitlines()[0] if str(error) else error!r}"
-                         ) from None
+                         f"{one_line(error)}") from None
     context = store.get_context_by_type_and_name("node", f"{pipeline_name}.Trainer")
     if context is None:
         return []

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from components.core.text import one_line
 from components.errors import UsageError
 
 TRAINER_NODE = "Trainer"
@@ -88,7 +89,7 @@ def store_ir(ir: Any, uri: str) -> None:
             handle.write(json_format.MessageToJson(ir, sort_keys=True))
     except Exception as error:  # fileio raises per-filesystem errors
         raise UsageError(
-            f"cannot write the pipeline IR to {uri}: {str(error).splitlines()[0]}; the workspace "
+            f"cannot write the pipeline IR to {uri}: {one_line(error)}; the workspace "
             "must be reachable where the driver runs (run it in the cluster: mptfx k8s submit "
             "--driver-job)"
         ) from None
