@@ -19,12 +19,13 @@ from typing import Any, Literal
 import yaml
 from pydantic import Field, ValidationError, ValidationInfo, field_validator
 
+from components.core.text import one_line
+
 # The monitor owns its sections (`serving.request_log`, `monitor`), as the Trainer its own.
 from components.monitor.config import MonitorSection, RequestLogSection
 
 # The Trainer owns the sections it reads; they are composed here, and run_fn validates its
 # custom_config with the same classes (components/trainer/config.py).
-from components.core.text import one_line
 from components.trainer.config import DataSection as TrainerDataSection
 from components.trainer.config import (
     ExportSection,

@@ -147,8 +147,8 @@ def _describe(measurement: Any) -> str:
 
 def _record_in_mlflow(config: Any, workspace_root: Path, judgement: Any, report: Path) -> None:
     from components import tracking
+    from components.core.text import one_line
     from components.tracking.monitoring import record_monitoring
-    from pipelines.console import one_line
 
     store = tracking.resolve_store(config, workspace_root, sys.stderr)  # exit 2 if required
     try:

@@ -32,6 +32,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from components.core.text import one_line
 from components.monitor.request_log import RequestLogWriter, predict_log_from_rest
 
 _PREDICT_PATH = re.compile(
@@ -132,9 +133,8 @@ class RequestLogger:
                                                     signature, self.sampling_rate))
             self.logged += 1
         except Exception as error:  # logging must never fail serving
-            lines = str(error).strip().splitlines()
             self.warn(f"a {model_name} request was answered but not logged: "
-                      f"{type(error).__name__}: {lines[0][:200] if lines else ''}")
+                      f"{type(error).__name__}: {one_line(error, limit=200)}")
 
     def warn(self, message: str) -> None:
         now = time.monotonic()

@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from components.core.text import one_line
+
 FILE_SUFFIX = ".tfrecord"
 DAY_FORMAT = "%Y-%m-%d"
 
@@ -230,9 +232,8 @@ def _read_file(path: Path) -> tuple[list[Any], str | None]:
                 return records, (f"{path}: record {len(records) + 1} is not a PredictionLog; "
                                  f"kept {len(records)} records before it, skipped the rest")
     except tf.errors.DataLossError as error:
-        reason = str(error.message).strip().splitlines()[0] if error.message else "data loss"
         return records, (f"{path}: truncated or corrupt after {len(records)} records "
-                         f"({reason}); kept those, skipped the rest")
+                         f"({one_line(error)}); kept those, skipped the rest")
     except (tf.errors.OpError, OSError) as error:
-        return records, f"{path}: cannot read: {str(error).strip().splitlines()[0]}; skipped"
+        return records, f"{path}: cannot read: {one_line(error)}; skipped"
     return records, None
