@@ -117,13 +117,15 @@ def _measurements(anomalies: Any, comparison: str) -> list[Measurement]:
         feature = ".".join(info.path.step)
         listed = info.drift_measurements if comparison == DRIFT else info.skew_measurements
         for measurement in listed:
+            # Rounded before the comparison, so the verdict is the one the report's number
+            # shows (a divergence of 1.0000001 is 1, and a threshold of 1 means never).
+            value = round(float(measurement.value), 4)
             found.append(Measurement(
                 feature=feature, comparison=comparison,
                 measure=_MEASURE_NAMES.get(type_names.Name(measurement.type),
                                            type_names.Name(measurement.type).lower()),
-                value=round(float(measurement.value), 4),
-                threshold=float(measurement.threshold),
-                moved=feature in flagged and measurement.value > measurement.threshold))
+                value=value, threshold=float(measurement.threshold),
+                moved=feature in flagged and value > measurement.threshold))
     return found
 
 
