@@ -1,7 +1,8 @@
 """`mptfx monitor` and `mptfx request-logger`: from served traffic back to training.
 
     mptfx request-logger [--upstream URL] [--port N]     the serving pod's logging sidecar
-    mptfx monitor [--since 24h] [--until TIME] [--json] [--retrain-on-drift [--runner ...]]
+    mptfx monitor [--since 24h] [--until TIME] [--json] [--export-images DIR]
+                  [--retrain-on-drift [--runner ...]]
 
 `request-logger` forwards TF Serving's REST API and writes a sampled share of the predict
 calls (`serving.request_log.sampling_rate`) as PredictionLogs to the request log, one
@@ -184,6 +185,24 @@ def _retrain_on_drift(args: argparse.Namespace, config: Any, judgement: Any,
     return outcome.code
 
 
+def _export_images(folder: str, log_dir: Path, model_name: str, since: dt.datetime,
+                   until: dt.datetime, serving_root: Path) -> None:
+    from components.monitor.reference import ReferenceMissing, read_reference
+    from components.monitor.request_log import read_window
+    from components.monitor.traffic import export_images, group_by_version
+
+    written = 0
+    window = read_window(log_dir, model_name, since, until)
+    for version, logs in group_by_version(window.records).items():
+        try:
+            label_names = read_reference(serving_root / model_name / str(version)).label_names
+        except ReferenceMissing:
+            label_names = []  # the logged class_name still sorts them
+        written += export_images(logs, folder, label_names)
+    print(f"mptfx monitor: {written} served images in {folder}/<predicted class>/; correct "
+          f"the folders, then add them as the next span")
+
+
 def command_monitor(args: argparse.Namespace) -> int:
     """Judge the request log's window; report, record, exit 0 or 3 (see the module doc)."""
     from pipelines.console import quiet_tensorflow
@@ -209,6 +228,9 @@ def command_monitor(args: argparse.Namespace) -> int:
                               since, until, config.monitor)
     for problem in judgement.problems:
         print(f"mptfx monitor: warning: skipped {problem}", file=sys.stderr)
+    if args.export_images:
+        _export_images(args.export_images, log_dir, model_name, since, until,
+                       _serving_root(config, workspace_root))
     folder = config.monitor.reports_folder(workspace_root) / f"{until:%Y%m%dT%H%M%SZ}"
     paths = write_report(judgement, folder)
     out = sys.stderr if args.json else sys.stdout
@@ -251,6 +273,9 @@ def register(commands: Any) -> None:
     monitor.add_argument("--until", help="window end: an ISO time or a duration before now "
                          "(default now)")
     monitor.add_argument("--json", action="store_true", help="print report.json on stdout")
+    monitor.add_argument("--export-images", metavar="DIR",
+                         help="also write the window's logged images to DIR/<predicted "
+                         "class>/, to label them into a new span")
     monitor.add_argument("--retrain-on-drift", action="store_true",
                          help="on drift, start the retraining `mptfx retrain` would start")
     monitor.add_argument("--data", help="--retrain-on-drift: the labelled data (span folders) "

@@ -7,13 +7,16 @@ The request's images are read the way each signature takes them: `serving_defaul
 serialized tf.Examples (the encoded file in `image`, features from the file itself),
 `predict_images`' uint8 batch (encoding `raw`), `predict_normalized`'s floats in [0, 1]
 (encoding `normalized`); the answer from the response's `probabilities` and `class_name`
-(else `class_id` and the version's label names).
+(else `class_id` and the version's label names). `export_images` writes the logged images
+out, sorted by the model's answer, as the start of a labelled span.
 """
 
 from __future__ import annotations
 
+import os
 from collections import defaultdict
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from components.examples_format import IMAGE_KEY
@@ -98,3 +101,62 @@ def rows_of_logs(logs: Sequence[Any], label_names: Sequence[str]
         except (ValueError, TypeError):
             unreadable += 1
     return rows, unreadable
+
+
+def _image_files(inputs: dict[str, Any]) -> list[tuple[bytes, str] | None]:
+    """(file bytes, extension) of each image a request carried: the encoded file of a
+    serving_default example as sent, the pixels of predict_images as a PNG; None for an
+    example without an image."""
+    import io
+
+    from google.protobuf.message import DecodeError
+    from PIL import Image
+    from tensorflow.core.example import example_pb2
+
+    from components.monitor.features import detect_encoding
+
+    files = []
+    if "examples" in inputs:
+        for serialized in inputs["examples"].reshape(-1):
+            try:
+                encoded = example_pb2.Example.FromString(bytes(serialized)).features.feature[
+                    IMAGE_KEY].bytes_list.value[0]
+            except (DecodeError, IndexError):
+                files.append(None)  # keeps the answers aligned; nothing to write
+                continue
+            encoding = detect_encoding(encoded)
+            files.append((encoded, {"JPEG": "jpg"}.get(encoding, encoding.lower())))
+    elif "images" in inputs and inputs["images"].dtype.kind == "u":
+        for pixels in inputs["images"]:
+            out = io.BytesIO()
+            Image.fromarray(pixels[..., 0] if pixels.shape[-1] == 1 else pixels).save(
+                out, format="PNG")
+            files.append((out.getvalue(), "png"))
+    return files
+
+
+def export_images(logs: Sequence[Any], folder: str | os.PathLike,
+                  label_names: Sequence[str]) -> int:
+    """Write every logged image to `<folder>/<predicted class>/`, named by the time it was
+    served: the start of a labelled span (move the wrongly answered ones to their class
+    folder, then the folder to `span-<N+1>`). Returns how many images were written."""
+    import tensorflow as tf
+
+    written = 0
+    for log in logs:
+        inputs = {k: tf.make_ndarray(v) for k, v in log.predict_log.request.inputs.items()}
+        try:
+            answers = [row["predicted_class"] for row in rows_of_log(log, label_names)]
+        except (ValueError, TypeError):
+            continue
+        stamp = log.log_metadata.timestamp_secs
+        for index, (image, answer) in enumerate(zip(_image_files(inputs), answers,
+                                                    strict=False)):
+            if image is None:
+                continue
+            data, extension = image
+            target = Path(folder) / answer / f"served-{stamp}-{written:06d}-{index}.{extension}"
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+            written += 1
+    return written

@@ -329,3 +329,38 @@ def test_a_drift_trigger_reaches_summary_json_and_the_mlflow_run_tags(tmp_path):
     assert tags["mptfx.trigger"] == "drift"
     assert tags["mptfx.trigger.features"] == "brightness,height"
     assert tags["mptfx.trigger.report"] == "/ws/monitor/20261202T020000Z/report.md"
+
+
+def test_served_images_are_exported_by_predicted_class_as_sent(tmp_path):
+    from components.monitor.traffic import export_images
+
+    rng = np.random.default_rng(7)
+    pngs = [encode(digit_like(rng)) for _ in range(3)]
+    jpeg = encode(np.stack([digit_like(rng)] * 3, -1), "JPEG")
+    logs = [logged_call(pngs, [1, 1, 7], DAY), logged_call([jpeg], [7], DAY)]
+    assert export_images(logs, tmp_path / "label-me", LABELS) == 4
+    written: dict[str, list[bytes]] = {}
+    for path in sorted((tmp_path / "label-me").rglob("*.*")):
+        written.setdefault(path.parent.name, []).append(path.read_bytes())
+    assert sorted(written["1"]) == sorted(pngs[:2])
+    assert sorted(written["7"]) == sorted([pngs[2], jpeg])
+    assert len(list((tmp_path / "label-me" / "7").glob("*.jpg"))) == 1
+
+
+def test_no_request_log_folder_or_a_bad_window_is_exit_2_in_one_line(tmp_path, capsys):
+    from pipelines.cli import main
+
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    assert main(["monitor", "--workspace", str(workspace)]) == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert line == (f"mptfx: error: no request log at {workspace}/request_log "
+                    "(serving.request_log.dir): is `mptfx request-logger` in front of "
+                    "TF Serving?")
+    (workspace / "request_log").mkdir()
+    assert main(["monitor", "--workspace", str(workspace), "--since", "a while"]) == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith("mptfx: error: --since expects a duration such as 24h, 90m, 7d")
+    assert main(["monitor", "--workspace", str(workspace), "--since", "2026-12-02T00:00:00Z",
+                 "--until", "2026-12-01T00:00:00Z"]) == 2
+    assert "must be before --until" in capsys.readouterr().err
