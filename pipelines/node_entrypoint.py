@@ -34,6 +34,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from components.core.config import Config
 from components.core.text import one_line
 from components.errors import EXIT_OK, EXIT_PIPELINE_FAILED, EXIT_USAGE, UsageError
 from components.pod_env import (
@@ -114,14 +115,14 @@ def connection_config(ir: Any) -> Any:
     return config
 
 
-def set_connection_config(ir: Any, config: Any) -> None:
+def set_connection_config(ir: Any, config: Config) -> None:
     """Point every node of `ir` at the ML Metadata database `config` (no password stored)."""
     deployment = _deployment(ir)
     deployment.metadata_connection_config.Pack(config)
     ir.deployment_config.Pack(deployment)
 
 
-def describe_database(config: Any) -> str:
+def describe_database(config: Config) -> str:
     """`postgresql://user@host:port/db` (never the password), for messages."""
     kind = config.WhichOneof("config")
     if kind == "postgresql":
@@ -143,7 +144,7 @@ def _node(ir: Any, node_id: str) -> Any:
     raise UsageError(f"node {node_id!r} is not in pipeline {ir.pipeline_info.id} ({known})")
 
 
-def _open_store(config: Any, attempts: int = CONNECT_ATTEMPTS) -> Any:
+def _open_store(config: Config, attempts: int = CONNECT_ATTEMPTS) -> Any:
     """Connect to ML Metadata, retrying briefly: pods of one run start together, and MLMD
     creates its database and tables on first contact, which two pods may race for."""
     from ml_metadata.metadata_store import metadata_store
@@ -221,7 +222,7 @@ def _completion_index() -> int:
     return int(raw)
 
 
-def _follow_chief(ir: Any, node: Any, config: Any, timeout: float) -> int:
+def _follow_chief(ir: Any, node: Any, config: Config, timeout: float) -> int:
     """A non-chief worker: run the executor of the chief's execution with scratch outputs."""
     from tfx.orchestration import data_types_utils, metadata
     from tfx.orchestration.local import runner_utils
@@ -300,7 +301,7 @@ def _wait_for_chief(store: Any, node: Any, timeout: float) -> Any:
         time.sleep(FOLLOW_POLL_SECONDS)
 
 
-def _watch_chief(config: Any, execution_id: int, node_id: str) -> None:
+def _watch_chief(config: Config, execution_id: int, node_id: str) -> None:
     """Exit this worker when the chief's execution ends: a worker never outlives its chief
     (it would wait for it in the next collective forever)."""
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from components.core.config import Config
 from components.core.text import one_line
 from components.errors import EXIT_OK, UsageError
 
@@ -82,7 +83,7 @@ def trained_inputs(metadata: str | Any, pipeline_name: str) -> list[dict[str, An
     return found
 
 
-def plan_retrain(config: Any, workspace: Any, data: Any, metadata: Any = None,
+def plan_retrain(config: Config, workspace: Any, data: Any, metadata: Any = None,
                  require_new_data: bool = True) -> Any:
     """Skip when nothing new arrived; otherwise validate against the frozen schema.
 
@@ -237,7 +238,7 @@ def _retrain_on_kubernetes(args: argparse.Namespace,
         return RetrainOutcome(code)
 
 
-def _cluster_metadata(config: Any) -> Any:
+def _cluster_metadata(config: Config) -> Any:
     """The ConnectionConfig of the cluster's ML Metadata database, password from the env."""
     from ml_metadata.proto import metadata_store_pb2
 
@@ -266,7 +267,7 @@ def _run_lock(args: argparse.Namespace, workspace_root: Path) -> Any:
     from pipelines.config import ConfigError, load_config
 
     try:
-        config = load_config(args.config, args.set or [])
+        config = load_config(args.config, args.set or [], data=args.data)
     except ConfigError as error:
         raise UsageError(str(error)) from None
     return cluster_run_lock(config)

@@ -23,6 +23,7 @@ import threading
 from pathlib import Path
 from typing import Any, TextIO
 
+from components.core.config import Config
 from components.core.text import one_line
 from components.redact import redact
 from components.run_summary import RunSummary
@@ -36,7 +37,7 @@ __all__ = ["TrackingStore", "log_run", "prepare", "resolve_store"]
 PREPARE_WAIT_SECONDS = 300.0
 
 
-def resolve_store(config: Any, workspace_root: Path, out: TextIO) -> TrackingStore:
+def resolve_store(config: Config, workspace_root: Path, out: TextIO) -> TrackingStore:
     """Where this run will be recorded; prints the one warning when the server is down.
 
     Raises TrackingServerUnreachable (a UsageError, exit 2, naming the host) when the server

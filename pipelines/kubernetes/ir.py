@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from components.core.config import Config
 from components.core.text import one_line
 from components.errors import UsageError
 
@@ -25,7 +26,7 @@ class NodePlan:
         return self.node_id == TRAINER_NODE
 
 
-def plan_nodes(ir: Any, config: Any) -> list[NodePlan]:
+def plan_nodes(ir: Any, config: Config) -> list[NodePlan]:
     """The IR's nodes in topological order with their upstream nodes and node pool."""
     k8s = config.kubernetes
     plan = []
@@ -40,7 +41,7 @@ def plan_nodes(ir: Any, config: Any) -> list[NodePlan]:
     return plan
 
 
-def prepare_ir(ir: Any, config: Any) -> None:
+def prepare_ir(ir: Any, config: Config) -> None:
     """Point the IR at the cluster's ML Metadata database and Beam runner (in place)."""
     from ml_metadata.proto import metadata_store_pb2
     from tfx.proto.orchestration import executable_spec_pb2, pipeline_pb2
