@@ -16,7 +16,7 @@ comparators, writes a report (report.md, report.json, distributions.png) under
 
     0  no drift, or not enough traffic to tell (fewer than monitor.min_images images)
     2  bad command line or config, no request log folder (one line naming it)
-    3  drift or skew: the line names the features that moved (components/errors.py)
+    4  drift or skew: the line names the features that moved (components/errors.py)
     1  --retrain-on-drift started a retraining that failed
 
 With `--retrain-on-drift` a drift starts the retraining `mptfx retrain` starts (same lock,
@@ -61,7 +61,8 @@ def _load(args: argparse.Namespace) -> Any:
     from pipelines.config import ConfigError, load_config
 
     try:
-        return load_config(args.config, args.set or [])
+        # Named after the data as the runs were (`--data` of monitor), so the model matches.
+        return load_config(args.config, args.set or [], data=getattr(args, "data", None))
     except ConfigError as error:
         raise UsageError(str(error)) from None
 
@@ -259,9 +260,9 @@ def register(commands: Any) -> None:
     from pipelines.retrain import add_retrain_options
 
     monitor = commands.add_parser(
-        "monitor", help="drift and skew of served traffic; retrain on drift (exit 3 = drift)",
+        "monitor", help="drift and skew of served traffic; retrain on drift (exit 4 = drift)",
         description="Judge a window of the request log against each served version's "
-        "reference: exit 0 no drift (or not enough traffic), 3 drift or skew, 2 usage.")
+        "reference: exit 0 no drift (or not enough traffic), 4 drift or skew, 2 usage.")
     monitor.add_argument("--config", help="YAML config (default: configs/local.yaml when present)")
     monitor.add_argument("--set", action="append", metavar="KEY=VALUE",
                          help="override one config key, e.g. --set monitor.min_images=50")
@@ -278,8 +279,9 @@ def register(commands: Any) -> None:
                          "class>/, to label them into a new span")
     monitor.add_argument("--retrain-on-drift", action="store_true",
                          help="on drift, start the retraining `mptfx retrain` would start")
-    monitor.add_argument("--data", help="--retrain-on-drift: the labelled data (span folders) "
-                         "to retrain on (default data.source)")
+    monitor.add_argument("--data", help="the data the served model was trained on (it names "
+                         "the model when the config does not); --retrain-on-drift retrains "
+                         "on its new spans (default data.source)")
     add_retrain_options(monitor)
     monitor.set_defaults(handler=command_monitor)
 

@@ -9,8 +9,8 @@ log of its own and `mptfx monitor` (the CLI's `main`, in this process: a new pro
 spend a minute importing TensorFlow) judges it:
 
 - the eval split's images: no drift, exit 0;
-- the same images darkened and resized: drift naming brightness and size, exit 3;
-- images of one class only: drift in the predicted-class distribution, exit 3;
+- the same images darkened and resized: drift naming brightness and size, exit 4;
+- images of one class only: drift in the predicted-class distribution, exit 4;
 - `--retrain-on-drift` without a new span reports and does not retrain; with span-2 it
   retrains, and summary.json and the MLflow run say `trigger: drift`.
 """
@@ -34,8 +34,10 @@ from tests.tf_serving_double import serve_models
 
 pytestmark = pytest.mark.e2e
 
-TINY = ["trainer.epochs=8", "evaluator.min_accuracy=0", "evaluator.max_regression=1",
-        "tflite.variants=[fp32]", "tflite.parity_limit=20"]
+# Named here, not after the data folder: the double and the logger address model `digits`.
+TINY = ["pipeline.name=mptfx-digits", "pusher.model_name=digits", "trainer.epochs=8",
+        "evaluator.min_accuracy=0", "evaluator.max_regression=1", "tflite.variants=[fp32]",
+        "tflite.parity_limit=20"]
 PER_SPAN = 40
 
 

@@ -210,10 +210,10 @@ def test_the_monitor_cronjob_judges_a_day_and_retrains_on_the_clusters_runner(re
                 args.in_cluster, args.workspace) == ("monitor", "24h", True, "kubernetes",
                                                      True, "/mnt/mptfx")
         assert args.set == [f"kubernetes.image={container['image']}"]  # the overlay's image
-        # 2 (usage) and 3 (drift, reported and acted on) fail the Job at once: the alert.
+        # 2 (usage) and 4 (drift, reported and acted on) fail the Job at once: the alert.
         assert job["podFailurePolicy"]["rules"][0] == {
             "action": "FailJob",
-            "onExitCodes": {"containerName": "monitor", "operator": "In", "values": [2, 3]}}
+            "onExitCodes": {"containerName": "monitor", "operator": "In", "values": [2, 4]}}
         assert pod["serviceAccountName"] == "mptfx-runner"
         env = {e["name"]: e for e in container["env"]}
         assert env["MLFLOW_TRACKING_URI"]["value"] == _mlflow_url(rendered[name])
