@@ -66,22 +66,26 @@ class _Upstream:
 
     def call(self, method: str, path: str, body: bytes,
              headers: dict[str, str]) -> tuple[int, list[tuple[str, str]], bytes]:
-        for attempt in (1, 2):  # a kept-alive connection TF Serving closed: reconnect once
-            connection = getattr(self._local, "connection", None)
-            if connection is None:
-                connection = http.client.HTTPConnection(self.host, self.port,
-                                                        timeout=self.timeout)
-                self._local.connection = connection
-            try:
-                connection.request(method, path, body=body or None, headers=headers)
-                response = connection.getresponse()
-                return response.status, response.getheaders(), response.read()
-            except (ConnectionError, http.client.HTTPException, OSError):
-                connection.close()
-                self._local.connection = None
-                if attempt == 2:
-                    raise
-        raise AssertionError("unreachable")
+        """Send one request; a kept-alive connection TF Serving closed is reopened once."""
+        try:
+            return self._send(method, path, body, headers)
+        except (ConnectionError, http.client.HTTPException, OSError):
+            return self._send(method, path, body, headers)
+
+    def _send(self, method: str, path: str, body: bytes,
+              headers: dict[str, str]) -> tuple[int, list[tuple[str, str]], bytes]:
+        connection = getattr(self._local, "connection", None)
+        if connection is None:
+            connection = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
+            self._local.connection = connection
+        try:
+            connection.request(method, path, body=body or None, headers=headers)
+            response = connection.getresponse()
+            return response.status, response.getheaders(), response.read()
+        except BaseException:
+            connection.close()
+            self._local.connection = None
+            raise
 
 
 class RequestLogger:
