@@ -3,6 +3,7 @@
 EXIT_OK = 0  # the command did what it was asked (a run completed, blessed or not)
 EXIT_PIPELINE_FAILED = 1  # a pipeline component (or the work itself) failed
 EXIT_USAGE = 2  # bad command line, config key or value, input data, unreachable server
+EXIT_DRIFT = 4  # mptfx monitor: served traffic drifted from (or is skewed against) training
 EXIT_INTERRUPTED = 130
 
 

@@ -24,6 +24,9 @@ from pydantic import Field, PrivateAttr, ValidationInfo, field_validator
 # The InfraValidator owns its section too (components/infra/config.py).
 from components.infra.config import InfraSection
 
+# The monitor owns its sections (`serving.request_log`, `monitor`), as the Trainer its own.
+from components.monitor.config import MonitorSection, RequestLogSection
+
 # The Trainer owns the sections it reads; they are composed here, and run_fn validates its
 # custom_config with the same classes (components/trainer/config.py).
 from components.trainer.config import DataSection as TrainerDataSection
@@ -283,6 +286,8 @@ class ServingSection(_Section):
     # PrometheusRule alerts: p99 request latency above this, error ratio above max_error_rate.
     p99_latency_budget_ms: float = Field(250.0, gt=0)
     max_error_rate: float = Field(0.01, gt=0, le=1)
+    # What the request logger in the serving pod keeps for `mptfx monitor`.
+    request_log: RequestLogSection = Field(default_factory=RequestLogSection)
 
 
 class Config(_Section):
@@ -299,6 +304,7 @@ class Config(_Section):
     tflite: TFLiteSection = Field(default_factory=TFLiteSection)
     tracking: TrackingSection = Field(default_factory=TrackingSection)
     serving: ServingSection = Field(default_factory=ServingSection)
+    monitor: MonitorSection = Field(default_factory=MonitorSection)
     kubernetes: KubernetesSection = Field(default_factory=KubernetesSection)
     # The data pipeline.name and pusher.model_name were named after, when the config file
     # and --set gave neither (pipelines/config.py load_config); None when they were given.
