@@ -517,7 +517,8 @@ def test_the_infra_validator_runs_tf_serving_pinned_by_digest_beside_the_node(re
     assert sidecar["restartPolicy"] == "Always"  # a native sidecar: ends with the node
     assert re.fullmatch(r"tensorflow/serving:2\.16\.1@sha256:[0-9a-f]{64}", sidecar["image"])
     deployment = _by_kind(rendered["base"], "Deployment")["mptfx-serving-cpu"]
-    [serving] = deployment["spec"]["template"]["spec"]["containers"]
+    [serving] = [c for c in deployment["spec"]["template"]["spec"]["containers"]
+                 if c["name"] == "tf-serving"]
     assert sidecar["command"] == serving["command"] == ["tensorflow_model_server"]
     same = [arg for arg in serving["args"] if not arg.startswith(_MODEL_SOURCE_FLAGS)]
     assert set(same) <= set(sidecar["args"])

@@ -20,7 +20,8 @@ def _serving_container(deployment: str) -> dict:
     docs = yaml.safe_load_all((REPO / "k8s" / "base" / "serving.yaml").read_text())
     [found] = [d for d in docs if d and d["kind"] == "Deployment"
                and d["metadata"]["name"] == deployment]
-    [container] = found["spec"]["template"]["spec"]["containers"]
+    [container] = [c for c in found["spec"]["template"]["spec"]["containers"]
+                   if c["name"] == "tf-serving"]
     return container
 
 
