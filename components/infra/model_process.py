@@ -46,15 +46,9 @@ class ServerTimeout(ModelServerError):
 
 
 def first_line(error: BaseException) -> str:
-    """What went wrong, in one line, after the exception's type. TensorFlow's op errors put
-    lines of graph context first ("Graph execution error:", "Detected at node ..."), so
-    those are dropped before `one_line` takes the first."""
-    text = getattr(error, "message", None) or str(error)
-    skip = ("Graph execution error", "Detected at node", "<stack traces", "File ",
-            "Traceback", "[[")
-    cause = "\n".join(line for line in text.splitlines()
-                      if line.strip() and not line.strip().startswith(skip))
-    line = one_line(cause or text, limit=300)
+    """What went wrong, in one line, after the exception's type (for a TensorFlow error
+    inside a graph, its cause: `one_line` skips the graph's context)."""
+    line = one_line(error, limit=300)
     return f"{type(error).__name__}: {line}" if line else type(error).__name__
 
 
