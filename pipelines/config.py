@@ -19,6 +19,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import Field, ValidationError, ValidationInfo, field_validator
 
+from components.serving.config import AnalysisSection
+
 # The Trainer owns the sections it reads; they are composed here, and run_fn validates its
 # custom_config with the same classes (components/trainer/config.py).
 from components.trainer.config import DataSection as TrainerDataSection
@@ -264,6 +266,8 @@ class ServingSection(_Section):
     # PrometheusRule alerts: p99 request latency above this, error ratio above max_error_rate.
     p99_latency_budget_ms: float = Field(250.0, gt=0)
     max_error_rate: float = Field(0.01, gt=0, le=1)
+    # `mptfx serve rollout`: the automatic canary analysis (components/serving/config.py).
+    analysis: AnalysisSection = Field(default_factory=AnalysisSection)
 
 
 class Config(_Section):
