@@ -28,6 +28,7 @@ from typing import Any
 
 import tensorflow as tf
 
+from components.core.text import one_line
 from models.registry import TASKS, known_builder, register_model
 
 STAGED_DIR = "user_models"
@@ -69,9 +70,8 @@ def file_sha256(path: str) -> str:
         with tf.io.gfile.GFile(path, "rb") as source:
             return hashlib.sha256(source.read()).hexdigest()
     except (tf.errors.OpError, OSError) as error:
-        reason = str(getattr(error, "message", "") or error).strip().splitlines()
         raise UserModelError(
-            f"model.module_file {path}: cannot read it ({reason[0] if reason else 'not found'})"
+            f"model.module_file {path}: cannot read it ({one_line(error) or 'not found'})"
         ) from None
 
 
@@ -94,10 +94,9 @@ def stage_module_file(source: str, pipeline_root: str) -> StagedModule:
             tf.io.gfile.copy(source, partial, overwrite=True)
             tf.io.gfile.rename(partial, staged, overwrite=True)
     except (tf.errors.OpError, OSError) as error:
-        reason = str(getattr(error, "message", "") or error).strip().splitlines()
         raise UserModelError(
             f"model.module_file {source}: cannot stage it into {folder} "
-            f"({reason[0] if reason else type(error).__name__}); the pipeline root must be "
+            f"({one_line(error)}); the pipeline root must be "
             "writable where the pipeline is built"
         ) from None
     return StagedModule(source, staged, digest)
@@ -135,7 +134,7 @@ def load_module(path: str, sha256: str | None = None) -> ModuleType:
             raise
         raise UserModelError(
             f"model.module_file {path} does not import: {type(error).__name__}: "
-            f"{_first_line(error)}"
+            f"{one_line(error)}"
         ) from error
     return module
 
@@ -210,8 +209,3 @@ def _local_copy(path: str, digest: str) -> str:
     local = os.path.join(folder, os.path.basename(path))
     tf.io.gfile.copy(path, local, overwrite=True)
     return local
-
-
-def _first_line(error: BaseException) -> str:
-    lines = str(error).strip().splitlines()
-    return lines[0] if lines else type(error).__name__

@@ -26,10 +26,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from components.core.config import Config
+from components.core.text import one_line
 from components.errors import UsageError
 from components.redact import redact_text, redact_tree
 from components.run_summary import SUMMARY_FILE, RunSummary
-from pipelines.console import library_output_to, one_line, quiet_tensorflow
+from pipelines.console import library_output_to, quiet_tensorflow
 from pipelines.data_source import resolve_data
 from pipelines.workspace import Workspace, new_run_id
 
@@ -47,7 +49,8 @@ class RunPlan:
     after_run: Callable[[RunSummary], None] | None = None
 
 
-Planner = Callable[[Any, Any, Any], RunPlan]
+# (config, workspace, data selection) -> the plan; pipelines/retrain.py `plan_retrain`.
+Planner = Callable[[Config, Workspace, Any], RunPlan]
 
 
 class WorkspaceInUse(Exception):
@@ -68,7 +71,7 @@ def log_path_of(workspace: str | os.PathLike, run_id: str) -> Path:
 
 
 def run_pipeline(
-    config: Any = None,
+    config: Config | str | os.PathLike | None = None,
     workspace: str | os.PathLike = "workspace",
     data: str | None = None,
     *,
@@ -92,6 +95,8 @@ def run_pipeline(
     """
     from pipelines.locking import RunLock
 
+    # Before the workspace is touched: a config error writes nothing.
+    loaded = _load(config, overrides, data)
     workspace_root = Path(workspace).resolve()
     check_writable_workspace(workspace_root)
     with RunLock(workspace_root / WORKSPACE_LOCK_FILE) as lock:
@@ -104,8 +109,8 @@ def run_pipeline(
         started = time.monotonic()
         with library_output_to(log_path, console_fd=console_fd) as out:
             try:
-                summary, interrupted = _run(config, overrides, workspace_root, data, run_id,
-                                            log_path, started, out, planner, command)
+                summary, interrupted = _run(loaded, workspace_root, data, run_id, log_path,
+                                            started, out, planner, command)
             except UsageError:
                 raise
             except Exception:  # outside any component: the traceback goes to the log
@@ -128,7 +133,7 @@ def check_writable_workspace(workspace_root: Path) -> None:
                          f"{error.strerror or error}") from None
 
 
-def check_model_file(config: Any, out: TextIO) -> None:
+def check_model_file(config: Config, out: TextIO) -> None:
     """Import `model.module_file` and build its model once under the resolved policy; a
     refusal is a UsageError (exit 2) in one line, its traceback in the log."""
     if not config.model.module_file:
@@ -145,22 +150,22 @@ def check_model_file(config: Any, out: TextIO) -> None:
         print(f"mptfx: {note}", file=out)
 
 
-def _load(config: Any, overrides: Sequence[str]) -> Any:
-    from pipelines.config import Config, ConfigError, load_config
+def _load(config: Config | str | os.PathLike | None, overrides: Sequence[str],
+          data_arg: str | None) -> Config:
+    from pipelines.config import ConfigError, load_config
 
     if isinstance(config, Config):
         if overrides:
             raise UsageError("run_pipeline: overrides apply to a config file, not a Config")
         return config
     try:
-        return load_config(config, list(overrides))
+        return load_config(config, list(overrides), data=data_arg)
     except ConfigError as error:
         raise UsageError(str(error)) from None
 
 
 def _run(
-    config_source: Any,
-    overrides: Sequence[str],
+    config: Config,
     workspace_root: Path,
     data_arg: str | None,
     run_id: str,
@@ -172,7 +177,6 @@ def _run(
 ) -> tuple[RunSummary, bool]:
     """Build and run the pipeline; returns the written summary and whether it was
     interrupted."""
-    config = _load(config_source, overrides)
     workspace = Workspace(workspace_root)
     check_model_file(config, out)  # before anything runs: a bad model file costs seconds
     data = resolve_data(config, workspace, data_arg)
@@ -211,7 +215,9 @@ def _run(
         pipeline = create_pipeline(config, workspace, data, schema_file=plan.schema_file)
     except (UserModelError, DataError) as error:  # model file not staged; data fingerprint
         raise UsageError(str(error)) from None
-    print(f"mptfx {command} {run_id}: {len(pipeline.components)} components, "
+    named = (f"pipeline {config.pipeline.name} and model {config.pusher.model_name} named "
+             f"after {config.named_after}, " if config.named_after else "")
+    print(f"mptfx {command} {run_id}: {named}{len(pipeline.components)} components, "
           f"workspace {workspace.root}, log {log_path}", file=out)
 
     def on_event(kind: str, timing: Any) -> None:

@@ -71,6 +71,7 @@ def dispatch(argv: list[str]) -> int:
     """Parse `argv` and run its sub-command in this process."""
     args = build_parser().parse_args(argv)
     try:
+        _refuse_blank_values(args, argv)
         return args.handler(args)
     except UsageError as error:
         print(f"mptfx: error: {redact_text(str(error))}", file=sys.stderr)
@@ -78,6 +79,17 @@ def dispatch(argv: list[str]) -> int:
     except KeyboardInterrupt:
         print("mptfx: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+
+
+def _refuse_blank_values(args: argparse.Namespace, argv: list[str]) -> None:
+    """An option given an empty or blank value is an error before anything runs: `--data
+    "$DATA_DIR"` with the variable unset must not mean the digits, nor `--workspace ""` the
+    current folder. (No option's default is blank, so a blank value was typed.)"""
+    for name, value in vars(args).items():
+        if isinstance(value, str) and not value.strip():
+            option = f"--{name.replace('_', '-')}"
+            shown = option if any(arg.split("=")[0] == option for arg in argv) else name.upper()
+            raise UsageError(f"{shown} is empty: give a value, or leave it out for the default")
 
 
 if __name__ == "__main__":

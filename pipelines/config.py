@@ -1,10 +1,8 @@
-"""The one typed configuration object: YAML file + dotted `--set key=value` overrides.
+"""The one typed configuration object, read: YAML file + dotted `--set key=value` overrides.
 
-Every section rejects unknown keys, so a typo such as `trainer.epoch=3` fails with exit code 2
-and names the key instead of being silently ignored. Defaults here are the embedded local
-setup; `configs/local.yaml` spells out the same values for people to copy. The sections the
-Trainer reads (model, trainer, export and data.channels) are its own schema,
-components/trainer/config.py, which run_fn validates its custom_config with.
+The sections themselves are components/core/config.py (`Config`); this module reads a file
+and the overrides into one, and turns pydantic's errors into a one-line `ConfigError` that
+names the key and the `--set` it came from (exit code 2).
 
     config = load_config("configs/local.yaml", overrides=["trainer.epochs=3"])
     config.trainer.epochs  # 3
@@ -14,284 +12,20 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import yaml
-from pydantic import Field, ValidationError, ValidationInfo, field_validator
+from pydantic import ValidationError
 
-from components.serving.config import AnalysisSection
-
-# The Trainer owns the sections it reads; they are composed here, and run_fn validates its
-# custom_config with the same classes (components/trainer/config.py).
-from components.trainer.config import DataSection as TrainerDataSection
-from components.trainer.config import (
-    ExportSection,
-    ModelSection,
-    StrictSection,
-    TrainerConfig,
-    TrainerSection,
-    describe_validation_error,
-    key_path,
-)
+from components.core.config import BUILTIN_DIGITS, BUILTIN_NAMES, Config, names_for_data
+from components.core.text import one_line
+from components.trainer.config import describe_validation_error, key_path
 
 DEFAULT_CONFIG_PATH = Path("configs/local.yaml")
-BUILTIN_DIGITS = "builtin:digits"
-# Small 3D volumes (a cube or a sphere in noise) with voxel masks, for segmentation models.
-SYNTHETIC_VOLUMES = "synthetic:volumes"
-# Every stored image is this size when data.image_size is set: 8192x8192x3 uint8 is 200 MB
-# per image before the batch multiplies it.
-MAX_IMAGE_SIDE = 8192
 
 
 class ConfigError(ValueError):
     """A configuration problem the user can fix: unknown key, bad value, unreadable file."""
-
-
-# Every section rejects unknown keys and coerces nothing (see StrictSection).
-_Section = StrictSection
-
-
-class PipelineSection(_Section):
-    name: str = Field("mptfx-digits", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-    enable_cache: bool = True
-    # Beam options of StatisticsGen, the Evaluator and the other Beam components, e.g.
-    # [--runner=FlinkRunner, --flink_master=host:8081]; [] = Beam's DirectRunner in process.
-    beam_pipeline_args: list[str] = Field(default_factory=list)
-
-
-class SpansSection(_Section):
-    # Train on the last `window` span folders (span-<N> or a {SPAN} pattern in data.source).
-    window: int = Field(1, ge=1)
-
-
-class DataSection(TrainerDataSection):
-    """`data`: the Trainer's part (`channels`) and the Ingest's."""
-
-    # A folder with one sub-folder per class, a folder of TFRecord files, builtin:digits,
-    # synthetic:volumes, or a folder of span-<N> drops (or a pattern such as /data/drop-{SPAN}).
-    source: str = BUILTIN_DIGITS
-    spans: SpansSection = Field(default_factory=SpansSection)
-    # "" = infer with SchemaGen each run; a schema.pbtxt path = validate against it
-    # (mptfx retrain freezes the first trained span's schema in <workspace>/schema/).
-    schema_file: str = ""
-    # builtin:digits: export at most this many images per class (0 = all 1,797);
-    # synthetic:volumes: this many volumes per class (0 = 100 cubes and 100 spheres).
-    builtin_per_class: int = Field(0, ge=0)
-    splits: dict[str, float] = Field(default_factory=lambda: {"train": 0.8, "eval": 0.2})
-    # null keeps each image's own size (the Trainer resizes); [H, W] resizes at ingest.
-    image_size: list[int] | None = None
-    resize_method: Literal["stretch", "pad"] = "stretch"
-    max_bad_fraction: float = Field(0.01, ge=0.0, le=1.0)
-    # Header-first limits: a larger image is quarantined with the reason, never decoded.
-    # The default is Pillow's decompression-bomb threshold.
-    max_pixels: int = Field(89_478_485, ge=1)
-    max_file_mb: float = Field(100.0, gt=0)
-
-    @field_validator("source")
-    @classmethod
-    def _not_empty(cls, source: str) -> str:
-        if not source.strip():
-            raise ValueError("data.source must name a folder, builtin:digits or "
-                             "synthetic:volumes (an empty value would ingest the current folder)")
-        return source
-
-    @field_validator("splits")
-    @classmethod
-    def _train_and_eval(cls, splits: dict[str, float]) -> dict[str, float]:
-        if set(splits) != {"train", "eval"}:
-            raise ValueError(f"splits must name exactly 'train' and 'eval'. Received: {splits}")
-        if any(ratio <= 0 for ratio in splits.values()) or abs(sum(splits.values()) - 1) > 1e-6:
-            raise ValueError(f"split ratios must be > 0 and sum to 1. Received: {splits}")
-        return splits
-
-    @field_validator("image_size")
-    @classmethod
-    def _two_positive_ints(cls, size: list[int] | None) -> list[int] | None:
-        if size is not None and (len(size) != 2 or min(size) < 1):
-            raise ValueError(f"image_size must be [height, width] or null. Received: {size}")
-        if size is not None and max(size) > MAX_IMAGE_SIDE:
-            raise ValueError(f"image_size sides must be at most {MAX_IMAGE_SIDE}. "
-                             f"Received: {size}")
-        return size
-
-
-class EvaluatorSection(_Section):
-    min_accuracy: float = Field(0.9, ge=0.0, le=1.0)
-    # Segmentation models (unet3d) are gated on Dice over all eval voxels instead.
-    min_dice: float = Field(0.8, ge=0.0, le=1.0)
-    # How much accuracy (or Dice) may drop against the latest blessed model (absolute, e.g.
-    # 0.01 = 1 point).
-    max_regression: float = Field(0.01, ge=0.0, le=1.0)
-
-
-class PusherSection(_Section):
-    model_name: str = Field("digits", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-    # Empty = <workspace>/serving. TF Serving's --model_base_path is <serving_dir>/<model_name>.
-    serving_dir: str = ""
-    # At least 2: TF Serving polls models.config, so the version it still serves must
-    # outlive the push of the next one. Labelled versions are never pruned.
-    keep_versions: int = Field(5, ge=2)
-    # direct: a blessed version becomes `stable`; canary: it becomes `canary`, stable stays.
-    rollout: Literal["direct", "canary"] = "direct"
-
-
-class TFLiteSection(_Section):
-    variants: list[Literal["fp32", "fp16", "dynamic_int8", "int8"]] = Field(
-        default_factory=lambda: ["fp32", "fp16", "dynamic_int8", "int8"]
-    )
-    uint8_io: bool = False
-    representative_samples: int = Field(200, ge=1)
-    # 0 = the whole eval split.
-    parity_limit: int = Field(0, ge=0)
-
-
-class NodePoolSection(_Section):
-    """Where and with what one group of pipeline pods runs (see `kubernetes.pools`)."""
-
-    # Pods of this pool schedule only on nodes with these labels.
-    node_selector: dict[str, str] = Field(default_factory=dict)
-    # Extra tolerations (Kubernetes Toleration objects); `gpus > 0` adds nvidia.com/gpu itself.
-    tolerations: list[dict[str, Any]] = Field(default_factory=list)
-    # nvidia.com/gpu limit per pod; > 0 also tolerates the nvidia.com/gpu:NoSchedule taint.
-    gpus: int = Field(0, ge=0)
-    # GKE accelerator name (e.g. nvidia-l4); the KFP export turns it into NVIDIA_L4.
-    accelerator: str = ""
-    requests: dict[str, str] = Field(
-        default_factory=lambda: {"cpu": "1", "memory": "4Gi", "ephemeral-storage": "1Gi"})
-    limits: dict[str, str] = Field(
-        default_factory=lambda: {"cpu": "2", "memory": "8Gi", "ephemeral-storage": "4Gi"})
-
-
-def _default_pools() -> dict[str, NodePoolSection]:
-    return {
-        "cpu": NodePoolSection(),
-        "gpu": NodePoolSection(
-            node_selector={"cloud.google.com/gke-accelerator": "nvidia-l4"},
-            gpus=1,
-            accelerator="nvidia-l4",
-            requests={"cpu": "4", "memory": "16Gi", "ephemeral-storage": "1Gi"},
-            limits={"cpu": "8", "memory": "32Gi", "ephemeral-storage": "4Gi"},
-        ),
-    }
-
-
-class MetadataDatabaseSection(_Section):
-    """The shared ML Metadata database every node pod writes to (the in-cluster PostgreSQL)."""
-
-    engine: Literal["postgresql", "mysql"] = "postgresql"
-    host: str = "mptfx-postgres"
-    port: int = Field(5432, ge=1, le=65535)
-    database: str = "mlmd"
-    user: str = "mptfx"
-    # The password is never in the config: pods read it from this Secret's key.
-    password_secret: str = "mptfx-postgres"
-    password_key: str = "password"
-
-
-class KubernetesTrainerSection(_Section):
-    # > 1: the Trainer is an Indexed Job of this many pods (MultiWorkerMirroredStrategy).
-    workers: int = Field(1, ge=1)
-    # Emit a Kubeflow TFJob (kubeflow.org/v1, Training Operator) instead of the Indexed Job.
-    use_tfjob: bool = False
-    port: int = Field(2222, ge=1, le=65535)
-
-
-class KubernetesSection(_Section):
-    """How `mptfx k8s` runs the pipeline: one batch/v1 Job per node, in node pools."""
-
-    namespace: str = Field("mptfx", pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-    image: str = "mptfx:0.1.0"
-    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
-    # Node pods talk to no API server; the driver's account may manage Jobs, Services, Pods.
-    service_account: str = "mptfx-pipeline"
-    driver_service_account: str = "mptfx-runner"
-    # The PVC mounted in every pod at `workspace`: pipeline root, serving and TF Lite output.
-    workspace: str = "/mnt/mptfx"
-    workspace_claim: str = "mptfx-workspace"
-    metadata: MetadataDatabaseSection = Field(default_factory=MetadataDatabaseSection)
-    pools: dict[str, NodePoolSection] = Field(default_factory=_default_pools)
-    # Component id -> pool; every other component runs in `default_pool`.
-    component_pools: dict[str, str] = Field(default_factory=lambda: {"Trainer": "gpu"})
-    default_pool: str = "cpu"
-    trainer: KubernetesTrainerSection = Field(default_factory=KubernetesTrainerSection)
-    # Beam options for the pods' Beam components; [] = pipeline.beam_pipeline_args.
-    beam_pipeline_args: list[str] = Field(default_factory=list)
-    # MLflow server of the cluster (k8s/base/mlflow.yaml's Service): MLFLOW_TRACKING_URI of
-    # the driver and every pod. tracking_secret: a Secret with keys `username` and
-    # `password` for MLFLOW_TRACKING_USERNAME/PASSWORD ("" = the server needs no login).
-    tracking_uri: str = "http://mptfx-mlflow:5000"
-    tracking_secret: str = ""
-    backoff_limit: int = Field(2, ge=0)
-    active_deadline_seconds: int = Field(86400, ge=1)
-    ttl_seconds_after_finished: int = Field(604800, ge=0)
-    poll_seconds: float = Field(5.0, gt=0)
-
-    @field_validator("component_pools", "default_pool")
-    @classmethod
-    def _pools_exist(cls, value: dict[str, str] | str, info: ValidationInfo) -> Any:
-        known = info.data.get("pools") or {}
-        wanted = value.values() if isinstance(value, dict) else [value]
-        for pool in wanted:
-            if pool not in known:
-                raise ValueError(f"pool {pool!r} is not one of kubernetes.pools "
-                                 f"({', '.join(sorted(known))})")
-        return value
-
-
-class TrackingSection(_Section):
-    """Where MLflow records each pipeline run (see components/tracking/)."""
-
-    # "" = $MLFLOW_TRACKING_URI when set, else sqlite:///<workspace>/mlflow.db (no server).
-    uri: str = ""
-    # true: an unreachable server is an error (exit 2) before training; false: warn once,
-    # record the run in <workspace>/mlflow.db and print the `mptfx tracking sync` command.
-    required: bool = False
-    # "" = pipeline.name.
-    experiment: str = ""
-    # Register the pushed model (alias champion) or an unblessed one (alias challenger)
-    # under pusher.model_name.
-    register_model: bool = True
-    # How long to wait for the server's /health before treating it as unreachable.
-    connect_timeout_seconds: float = Field(5.0, gt=0)
-
-
-class ServingSection(_Section):
-    """Traffic split and monitoring around TF Serving (`mptfx serve`, components/serving/)."""
-
-    # The Gateway API Gateway the rendered HTTPRoute attaches to ("" namespace = the route's).
-    gateway: str = "mptfx-gateway"
-    gateway_namespace: str = ""
-    # `mptfx serve canary VERSION` without --weight: this percentage of predict requests.
-    canary_weight: int = Field(10, ge=0, le=100)
-    # PrometheusRule alerts: p99 request latency above this, error ratio above max_error_rate.
-    p99_latency_budget_ms: float = Field(250.0, gt=0)
-    max_error_rate: float = Field(0.01, gt=0, le=1)
-    # `mptfx serve rollout`: the automatic canary analysis (components/serving/config.py).
-    analysis: AnalysisSection = Field(default_factory=AnalysisSection)
-
-
-class Config(_Section):
-    """The whole pipeline configuration; see `configs/local.yaml` for every key."""
-
-    pipeline: PipelineSection = Field(default_factory=PipelineSection)
-    data: DataSection = Field(default_factory=DataSection)
-    model: ModelSection = Field(default_factory=ModelSection)
-    trainer: TrainerSection = Field(default_factory=TrainerSection)
-    evaluator: EvaluatorSection = Field(default_factory=EvaluatorSection)
-    pusher: PusherSection = Field(default_factory=PusherSection)
-    export: ExportSection = Field(default_factory=ExportSection)
-    tflite: TFLiteSection = Field(default_factory=TFLiteSection)
-    tracking: TrackingSection = Field(default_factory=TrackingSection)
-    serving: ServingSection = Field(default_factory=ServingSection)
-    kubernetes: KubernetesSection = Field(default_factory=KubernetesSection)
-
-    def trainer_custom_config(self) -> dict[str, Any]:
-        """The JSON-able dict the Trainer's run_fn receives as `custom_config`: each section
-        of `TrainerConfig` with the keys that section declares (of `data`, the Trainer's)."""
-        return {
-            name: getattr(self, name).model_dump(include=set(field.annotation.model_fields))
-            for name, field in TrainerConfig.model_fields.items()
-        }
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:
@@ -299,8 +33,13 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     key, sep, raw = text.partition("=")
     if not sep or not key.strip():
         raise ConfigError(f"--set expects KEY=VALUE, e.g. trainer.epochs=3. Received: {text!r}")
+    if not raw.strip():
+        # `--set data.source=$DIR` with DIR unset: an error, never the default. An empty
+        # string on purpose is written as such: --set tracking.uri=""
+        raise ConfigError(f"--set {text} has no value; give one (an empty string "
+                          f"is written \"\"), or leave the --set out for the default")
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
+        value = yaml.safe_load(raw)
     except yaml.YAMLError:
         value = raw
     return key.strip().split("."), value
@@ -316,11 +55,19 @@ def _apply_override(tree: dict[str, Any], path: list[str], value: Any) -> None:
     node[path[-1]] = value
 
 
-def load_config(path: str | os.PathLike | None = None, overrides: list[str] = ()) -> Config:
+def load_config(path: str | os.PathLike | None = None, overrides: list[str] = (),
+                data: str | None = None) -> Config:
     """Read YAML (default `configs/local.yaml` when it exists) and apply `--set` overrides.
+
+    When neither names `pipeline.name` or `pusher.model_name` (absent or null), they are
+    named after the data: `data` (the `--data` of a command), else `data.source`
+    (`names_for_data`; `config.named_after` records it).
 
     Raises ConfigError with a one-line message naming the file or key.
     """
+    if path is not None and not str(path).strip():
+        raise ConfigError("--config is empty: give a config file, or leave --config out to "
+                          f"use {DEFAULT_CONFIG_PATH} (when present) and the defaults")
     tree: dict[str, Any] = {}
     source = Path(path) if path else (DEFAULT_CONFIG_PATH if DEFAULT_CONFIG_PATH.exists() else None)
     if source is not None:
@@ -333,19 +80,44 @@ def load_config(path: str | os.PathLike | None = None, overrides: list[str] = ()
                               f"{error.object[error.start]:#04x} at offset {error.start})") \
                 from None
         except (OSError, yaml.YAMLError) as error:
-            reason = str(error).splitlines()[0]
-            raise ConfigError(f"cannot read config file {source}: {reason}") from None
+            raise ConfigError(f"cannot read config file {source}: {one_line(error)}") from None
         if loaded is not None and not isinstance(loaded, dict):
             raise ConfigError(f"config file {source} must hold a mapping of sections")
         tree = loaded or {}
     for text in overrides:
         _apply_override(tree, *parse_override(text))
+    named_after = _name_after_data(tree, data)
     try:
-        return Config.model_validate(tree)
+        config = Config.model_validate(tree)
     except ValidationError as error:
         raise ConfigError(
             describe_validation_error(error) + _where(error, source, overrides)
         ) from None
+    if named_after:
+        config.name_after(named_after)
+    return config
+
+
+def _name_after_data(tree: dict[str, Any], data: str | None) -> str | None:
+    """Fill in the pipeline's and the model's names the config leaves out (absent or null)
+    from the data's; returns the data they were named after, or None."""
+    sections = [tree.get(name, {}) for name in ("pipeline", "pusher")]
+    if not all(isinstance(section, dict) for section in sections):
+        return None  # validation names the section that is not a mapping
+    pipeline, pusher = sections
+    if pipeline.get("name") is not None and pusher.get("model_name") is not None:
+        return None
+    data_section = tree.get("data") if isinstance(tree.get("data"), dict) else {}
+    source = data or data_section.get("source") or BUILTIN_DIGITS
+    names = names_for_data(str(source))
+    if names is None:
+        raise ConfigError(f"cannot name the pipeline after the data folder {source}: set "
+                          "pipeline.name and pusher.model_name")
+    if pipeline.get("name") is None:
+        tree["pipeline"] = {**pipeline, "name": names[0]}
+    if pusher.get("model_name") is None:
+        tree["pusher"] = {**pusher, "model_name": names[1]}
+    return None if source in BUILTIN_NAMES else str(source)
 
 
 def _where(error: ValidationError, source: Path | None, overrides: list[str]) -> str:

@@ -8,7 +8,7 @@ log file in the run's folder:
     with library_output_to(run_dir / "pipeline.log", console_fd=1) as out:
         print("mptfx run ...: 9 components", file=out)   # the terminal
         ...                                                # the libraries: pipeline.log
-    print(f"mptfx: error: {one_line(error)}")
+    print(f"mptfx: error: {one_line(error)}")            # components/core/text.py
 """
 
 from __future__ import annotations
@@ -73,8 +73,3 @@ def library_output_to(log_path: Path, console_fd: int) -> Iterator[TextIO]:
         handler.close()
         console.close()
 
-
-def one_line(error: BaseException) -> str:
-    """The first line of `error`'s message, or its type name when the message is empty."""
-    text = str(error).strip().splitlines()
-    return text[0] if text else type(error).__name__

@@ -13,15 +13,16 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from components.core.config import Config
 from components.errors import UsageError
 
 
-def resolve_data(config: Any, workspace: Any, data_arg: str | None) -> Any:
+def resolve_data(config: Config, workspace: Any, data_arg: str | None) -> Any:
     """What to ingest (a DataSelection): --data, else data.source, with its latest span(s);
     builtin:digits and synthetic:volumes are exported into the workspace first."""
+    from components.core.config import BUILTIN_DIGITS, SYNTHETIC_VOLUMES
     from components.ingest.listing import DataError, is_tfrecord_dir, scan_image_folder
     from components.ingest.volume_source import is_volume_dir
-    from pipelines.config import BUILTIN_DIGITS, SYNTHETIC_VOLUMES
     from pipelines.datasets import export_digits
     from pipelines.spans import DataSelection, select_data
 

@@ -28,6 +28,8 @@ import sys
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, TextIO
 
+from components.core.text import one_line
+
 LIBDEVICE = "nvvm/libdevice/libdevice.10.bc"
 _DATA_DIR_FLAG = re.compile(r"--xla_gpu_cuda_data_dir=(\S+)")
 _NVCC_WHEEL_FIX = ("pip install nvidia-cuda-nvcc-cu12 and set XLA_FLAGS="
@@ -180,8 +182,7 @@ def gather_facts() -> Facts:
                 value = tf.function(lambda x: x * 2.0 + 1.0, jit_compile=True)(tf.ones([4]))
             xla_results[logical.name] = None if float(value[0]) == 3.0 else "wrong result"
         except Exception as error:  # noqa: BLE001 - reported, with the fix, not raised
-            lines = str(error).strip().splitlines()
-            xla_results[logical.name] = lines[0][:300] if lines else type(error).__name__
+            xla_results[logical.name] = one_line(error, limit=300)
     return Facts(
         devices=devices,
         build=dict(tf.sysconfig.get_build_info()),

@@ -24,6 +24,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from components.core.config import Config
+from components.core.text import one_line
 from components.errors import (
     EXIT_INTERRUPTED,
     EXIT_OK,
@@ -46,8 +48,7 @@ def make_clients(in_cluster: bool = False, context: str | None = None) -> tuple[
         where = "the in-cluster ServiceAccount" if in_cluster else "kubeconfig (~/.kube/config " \
             "or $KUBECONFIG)"
         raise UsageError(f"cannot load Kubernetes credentials from {where}: "
-                         f"{str(error).splitlines()[0] if str(error) else type(error).__name__}"
-                         ) from None
+                         f"{one_line(error)}") from None
     return client.BatchV1Api(), client.CoreV1Api(), client.CustomObjectsApi()
 
 
@@ -57,7 +58,7 @@ def load_cluster_config(args: argparse.Namespace, check_model: bool = False) -> 
     from pipelines.config import ConfigError, load_config
 
     try:
-        config = load_config(args.config, args.set or [])
+        config = load_config(args.config, args.set or [], data=getattr(args, "data", None))
     except ConfigError as error:
         raise UsageError(str(error)) from None
     trainer, workers = config.trainer, config.kubernetes.trainer.workers
@@ -74,7 +75,7 @@ def load_cluster_config(args: argparse.Namespace, check_model: bool = False) -> 
     return config
 
 
-def compile_for_kubernetes(config: Any, run_id: str, data_arg: str | None,
+def compile_for_kubernetes(config: Config, run_id: str, data_arg: str | None,
                            allow_missing_data: bool = False, data: Any = None,
                            schema_file: str = "") -> tuple[Any, Any, str]:
     """Build and compile the pipeline as the pods see it (workspace = kubernetes.workspace).
@@ -164,7 +165,7 @@ def _command_compile(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _write_run_objects(config: Any, run_id: str, ir: Any, out_dir: Path, out: Any) -> None:
+def _write_run_objects(config: Config, run_id: str, ir: Any, out_dir: Path, out: Any) -> None:
     import yaml
     from google.protobuf import json_format
 
@@ -208,7 +209,7 @@ def _command_submit(args: argparse.Namespace) -> int:
                          follow_logs=args.follow_logs)
 
 
-def drive_run(config: Any, run_id: str, clients: tuple[Any, Any, Any], *, in_cluster: bool,
+def drive_run(config: Config, run_id: str, clients: tuple[Any, Any, Any], *, in_cluster: bool,
               resume: bool = False, data_arg: str | None = None, data: Any = None,
               schema_file: str = "", log_dir: str | None = None, follow_logs: bool = False,
               after_run: Any = None) -> int:
@@ -307,7 +308,7 @@ def _command_logs(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _tfjob_api(config: Any, custom: Any) -> Any:
+def _tfjob_api(config: Config, custom: Any) -> Any:
     """CustomObjectsApi when the run's Trainer is a TFJob (listing TFJobs needs the CRD)."""
     trainer = config.kubernetes.trainer
     return custom if trainer.use_tfjob and trainer.workers > 1 else None

@@ -21,13 +21,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, TextIO
 
+from components.core.config import Config
 from components.run_summary import SUMMARY_FILE, RunSummary
 
 ORCHESTRATOR = "kubernetes"
 
 
 def record_run(
-    config: Any, ir: Any, report: Any, log_dir: Path, workspace_root: Path, out: TextIO
+    config: Config, ir: Any, report: Any, log_dir: Path, workspace_root: Path, out: TextIO
 ) -> RunSummary | None:
     """Builds the run's summary from ML Metadata and records it in MLflow.
 
@@ -46,7 +47,7 @@ def record_run(
         ML Metadata could not be read.
     """
     from components import tracking
-    from pipelines.console import one_line
+    from components.core.text import one_line
     from pipelines.node_entrypoint import connection_config, describe_database
     from pipelines.summary import build_summary, collect_outputs
 

@@ -20,6 +20,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+from components.core.config import Config
+
 _QUANTITY = re.compile(r"^([0-9.]+)([a-zA-Z]*)$")
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
 _DECIMAL = {"": 1, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "m": 1e-3}
@@ -87,7 +89,7 @@ def kubernetes_executor_config(pool: Any) -> dict[str, Any]:
 _CAMEL = {"toleration_seconds": "tolerationSeconds"}
 
 
-def platform_spec(config: Any, pipeline_spec: dict[str, Any]) -> dict[str, Any]:
+def platform_spec(config: Config, pipeline_spec: dict[str, Any]) -> dict[str, Any]:
     """The PlatformSpec document: each step's KubernetesExecutorConfig, keyed by the
     executor label the PipelineSpec gives the step."""
     from google.protobuf import json_format
@@ -109,7 +111,7 @@ def platform_spec(config: Any, pipeline_spec: dict[str, Any]) -> dict[str, Any]:
     return spec
 
 
-def export_kfp(config: Any, pipeline: Any, out_dir: str | Path,
+def export_kfp(config: Config, pipeline: Any, out_dir: str | Path,
                pipeline_root: str | None = None) -> Path:
     """Write the KFP v2 pipeline of `pipeline` to `<out_dir>/<pipeline name>.json` (the
     PipelineJob) and `.yaml` (PipelineSpec and PlatformSpec); returns the .json path.

@@ -24,6 +24,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from components.core.config import Config
+
 
 def _pid_alive(pid: int) -> bool:
     try:
@@ -259,7 +261,7 @@ def _this_process() -> dict[str, Any]:
     }
 
 
-def cluster_run_lock(config: Any) -> DatabaseRunLock:
+def cluster_run_lock(config: Config) -> DatabaseRunLock:
     """The lock every cluster run of the pipeline holds (`mptfx k8s submit`, `mptfx retrain
     --runner kubernetes` or `--lock database`): a PostgreSQL advisory lock plus a row in
     `kubernetes.metadata`'s database, password from MPTFX_MLMD_PASSWORD as in the pods."""

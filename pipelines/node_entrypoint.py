@@ -34,6 +34,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from components.core.config import Config
+from components.core.text import one_line
 from components.errors import EXIT_OK, EXIT_PIPELINE_FAILED, EXIT_USAGE, UsageError
 from components.pod_env import (
     PASSWORD_ENV,
@@ -81,16 +83,11 @@ def load_ir(uri: str) -> Any:
         else:
             text = Path(uri).read_text()
     except Exception as error:  # fileio raises NotFoundError, OSError, ... per filesystem
-        raise UsageError(f"cannot read the pipeline IR {uri}: {_first_line(error)}") from None
+        raise UsageError(f"cannot read the pipeline IR {uri}: {one_line(error)}") from None
     try:
         return json_format.Parse(text, pipeline_pb2.Pipeline())
     except json_format.ParseError as error:
         raise UsageError(f"{uri} is not a compiled mptfx pipeline: {error}") from None
-
-
-def _first_line(error: BaseException) -> str:
-    lines = str(error).strip().splitlines()
-    return lines[0] if lines else type(error).__name__
 
 
 def _deployment(ir: Any) -> Any:
@@ -118,14 +115,14 @@ def connection_config(ir: Any) -> Any:
     return config
 
 
-def set_connection_config(ir: Any, config: Any) -> None:
+def set_connection_config(ir: Any, config: Config) -> None:
     """Point every node of `ir` at the ML Metadata database `config` (no password stored)."""
     deployment = _deployment(ir)
     deployment.metadata_connection_config.Pack(config)
     ir.deployment_config.Pack(deployment)
 
 
-def describe_database(config: Any) -> str:
+def describe_database(config: Config) -> str:
     """`postgresql://user@host:port/db` (never the password), for messages."""
     kind = config.WhichOneof("config")
     if kind == "postgresql":
@@ -147,7 +144,7 @@ def _node(ir: Any, node_id: str) -> Any:
     raise UsageError(f"node {node_id!r} is not in pipeline {ir.pipeline_info.id} ({known})")
 
 
-def _open_store(config: Any, attempts: int = CONNECT_ATTEMPTS) -> Any:
+def _open_store(config: Config, attempts: int = CONNECT_ATTEMPTS) -> Any:
     """Connect to ML Metadata, retrying briefly: pods of one run start together, and MLMD
     creates its database and tables on first contact, which two pods may race for."""
     from ml_metadata.metadata_store import metadata_store
@@ -158,7 +155,7 @@ def _open_store(config: Any, attempts: int = CONNECT_ATTEMPTS) -> Any:
         except Exception as error:  # MLMD raises its own errors (UnavailableError, ...)
             if attempt == attempts:
                 raise UsageError(f"cannot connect to ML Metadata at "
-                                 f"{describe_database(config)}: {_first_line(error)}") from None
+                                 f"{describe_database(config)}: {one_line(error)}") from None
             time.sleep(CONNECT_RETRY_SECONDS * attempt)
     raise AssertionError("unreachable")
 
@@ -225,7 +222,7 @@ def _completion_index() -> int:
     return int(raw)
 
 
-def _follow_chief(ir: Any, node: Any, config: Any, timeout: float) -> int:
+def _follow_chief(ir: Any, node: Any, config: Config, timeout: float) -> int:
     """A non-chief worker: run the executor of the chief's execution with scratch outputs."""
     from tfx.orchestration import data_types_utils, metadata
     from tfx.orchestration.local import runner_utils
@@ -304,7 +301,7 @@ def _wait_for_chief(store: Any, node: Any, timeout: float) -> Any:
         time.sleep(FOLLOW_POLL_SECONDS)
 
 
-def _watch_chief(config: Any, execution_id: int, node_id: str) -> None:
+def _watch_chief(config: Config, execution_id: int, node_id: str) -> None:
     """Exit this worker when the chief's execution ends: a worker never outlives its chief
     (it would wait for it in the next collective forever)."""
 
@@ -357,7 +354,7 @@ def run_node(ir: Any, node_id: str, worker_hosts: list[str], chief_timeout: floa
         launch_node(local_ir, node_id)
     except Exception as error:
         _log.exception("node %s failed", node_id)
-        _say(f"{node_id} failed after {time.monotonic() - started:.1f} s: {_first_line(error)}")
+        _say(f"{node_id} failed after {time.monotonic() - started:.1f} s: {one_line(error)}")
         return EXIT_PIPELINE_FAILED
     executions = _run_executions(_open_store(config), node)
     state = _state_name(executions[-1]) if executions else "skipped"

@@ -13,6 +13,7 @@ import json
 import tensorflow_model_analysis as tfma
 from tfx import v1 as tfx
 
+from components.core.config import Config
 from components.examples_format import EVAL_SPLIT, LABEL_KEY, MASK_KEY
 from components.ingest.component import ImageExampleGen
 from components.ingest.listing import compute_input_fingerprint
@@ -21,7 +22,6 @@ from components.tflite.component import TFLiteExport
 from components.validation.gate import DataValidationGate
 from models import SEGMENTATION
 from models.user_module import stage_module_file
-from pipelines.config import Config
 from pipelines.spans import DataSelection
 from pipelines.workspace import Workspace
 

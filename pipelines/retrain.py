@@ -25,6 +25,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from components.core.config import Config
+from components.core.text import one_line
 from components.errors import EXIT_OK, UsageError
 
 SCHEMA_FILE = "schema.pbtxt"
@@ -58,8 +60,7 @@ def trained_inputs(metadata: str | Any, pipeline_name: str) -> list[dict[str, An
         from pipelines.node_entrypoint import describe_database
 
         raise UsageError(f"cannot read ML Metadata at {describe_database(config)}: "
-                         f"{str(error).strip().splitlines()[0] if str(error) else error!r}"
-                         ) from None
+                         f"{one_line(error)}") from None
     context = store.get_context_by_type_and_name("node", f"{pipeline_name}.Trainer")
     if context is None:
         return []
@@ -81,7 +82,7 @@ def trained_inputs(metadata: str | Any, pipeline_name: str) -> list[dict[str, An
     return found
 
 
-def plan_retrain(config: Any, workspace: Any, data: Any, metadata: Any = None) -> Any:
+def plan_retrain(config: Config, workspace: Any, data: Any, metadata: Any = None) -> Any:
     """Skip when nothing new arrived; otherwise validate against the frozen schema.
 
     `metadata`: where the trained spans are recorded (see `trained_inputs`); default the
@@ -186,7 +187,7 @@ def _retrain_on_kubernetes(args: argparse.Namespace) -> int:
                          after_run=plan.after_run)
 
 
-def _cluster_metadata(config: Any) -> Any:
+def _cluster_metadata(config: Config) -> Any:
     """The ConnectionConfig of the cluster's ML Metadata database, password from the env."""
     from ml_metadata.proto import metadata_store_pb2
 
@@ -215,7 +216,7 @@ def _run_lock(args: argparse.Namespace, workspace_root: Path) -> Any:
     from pipelines.config import ConfigError, load_config
 
     try:
-        config = load_config(args.config, args.set or [])
+        config = load_config(args.config, args.set or [], data=args.data)
     except ConfigError as error:
         raise UsageError(str(error)) from None
     return cluster_run_lock(config)

@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
+from components.core.text import one_line
 from components.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_PIPELINE_FAILED, UsageError
 from components.redact import redact_text
 from components.run_summary import RunSummary
@@ -27,7 +28,6 @@ from pipelines.api import (
     log_path_of,
     run_pipeline,
 )
-from pipelines.console import one_line
 from pipelines.workspace import new_run_id
 
 __all__ = ["add_run_arguments", "command_run"]

@@ -27,6 +27,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from components.core.config import Config
 from components.errors import EXIT_OK, EXIT_PIPELINE_FAILED, UsageError
 from pipelines import serve_rollout
 
@@ -100,7 +101,7 @@ def _open(args: argparse.Namespace) -> tuple[Any, Any, Any]:
         raise UsageError(str(error)) from None
     workspace = Path(args.workspace).resolve()
     serving_dir = Path(config.pusher.serving_dir or workspace / "serving")
-    target = ServingTarget(serving_dir, config.pusher.model_name)
+    target = ServingTarget(serving_dir, _model_name(config, serving_dir))
     uri = (args.tracking_uri or requested_tracking_uri(config.tracking.uri, os.environ)
            or local_store_uri(workspace))
     client = None
@@ -113,7 +114,20 @@ def _open(args: argparse.Namespace) -> tuple[Any, Any, Any]:
     return config, target, RegistryView.open(client, target.model_name)
 
 
-def _route_weight(args: argparse.Namespace, config: Any, labels: Any, route: Path) -> int:
+def _model_name(config: Config, serving_dir: Path) -> str:
+    """pusher.model_name; when the config does not name the model (it was named after
+    data.source, which a run's --data may have replaced), the one model the serving folder
+    serves, if it serves exactly one."""
+    from components.serving.models_config import models_config_path, served_model_names
+
+    if config.named_after:
+        served = served_model_names(models_config_path(serving_dir))
+        if len(served) == 1:
+            return served[0]
+    return config.pusher.model_name
+
+
+def _route_weight(args: argparse.Namespace, config: Config, labels: Any, route: Path) -> int:
     if labels.canary is None:
         return 0
     if getattr(args, "weight", None) is not None:
@@ -129,7 +143,7 @@ def _route_weight(args: argparse.Namespace, config: Any, labels: Any, route: Pat
     return config.serving.canary_weight
 
 
-def _run_verb(args: argparse.Namespace, config: Any, target: Any, registry: Any) -> int:
+def _run_verb(args: argparse.Namespace, config: Config, target: Any, registry: Any) -> int:
     from components.serving import rollout
     from components.serving.manifests import (
         ROUTE_FILE,
@@ -179,7 +193,7 @@ def _print_status(state: dict[str, Any]) -> None:
         print(f"  problem: {line}")
 
 
-def _run_render(args: argparse.Namespace, config: Any, target: Any) -> int:
+def _run_render(args: argparse.Namespace, config: Config, target: Any) -> int:
     from components.serving.manifests import ROUTE_FILE, render_all, write_manifests
     from components.serving.rollout_job import ROLLOUT_FILE, ROLLOUT_HEADER, rollout_objects
 

@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from components.core.config import Config
 from components.errors import EXIT_OK, UsageError
 
 
@@ -62,7 +63,7 @@ def command_sidecar(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _route_writer(args: argparse.Namespace, config: Any):
+def _route_writer(args: argparse.Namespace, config: Config):
     """The function that moves the canary weight: the rendered file, and the cluster's
     HTTPRoute with --in-cluster."""
     from components.serving.manifests import (
@@ -92,7 +93,7 @@ def _route_writer(args: argparse.Namespace, config: Any):
     return set_weight, route_path
 
 
-def _recorder_factory(args: argparse.Namespace, config: Any, registry: Any):
+def _recorder_factory(args: argparse.Namespace, config: Config, registry: Any):
     """MLflow records the rollout in the pipeline's experiment, beside its runs."""
     if registry.client is None:
         return None
@@ -111,7 +112,7 @@ def _recorder_factory(args: argparse.Namespace, config: Any, registry: Any):
     return start
 
 
-def run_rollout_command(args: argparse.Namespace, config: Any, target: Any,
+def run_rollout_command(args: argparse.Namespace, config: Config, target: Any,
                         registry: Any) -> int:
     """`mptfx serve rollout`: lines on stdout, the verdict's line on stderr unless promoted."""
     from components.serving import rollout

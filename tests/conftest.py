@@ -3,12 +3,15 @@ database on the PostgreSQL server that .ci/run starts."""
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import secrets
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,6 +20,13 @@ import pytest
 from components.run_summary import RunSummary
 
 REPO = Path(__file__).resolve().parents[1]
+# Every `mptfx` a test starts runs as a user's would: outside the checkout (what it writes to
+# its working directory, such as a default ./workspace or an MLflow ./mlflow.db, never lands
+# in the repository) and with none of the caller's MLflow settings.
+RUN_DIR = Path(tempfile.mkdtemp(prefix="mptfx-tests-cwd-"))
+atexit.register(shutil.rmtree, RUN_DIR, True)
+for _name in [name for name in os.environ if name.startswith("MLFLOW_")]:
+    del os.environ[_name]
 # Every `mptfx` a test starts runs in its own fresh process, as it did before the warm
 # standby existed, and leaves none behind; tests/e2e/test_standby_e2e.py switches it on in
 # a folder of its own.
@@ -35,7 +45,7 @@ class CliResult:
         return RunSummary.parse(json.loads(self.stdout), "mptfx --json output")
 
 
-def run_mptfx(*args: str, cwd: Path = REPO, timeout: int = 900) -> CliResult:
+def run_mptfx(*args: str, cwd: Path = RUN_DIR, timeout: int = 900) -> CliResult:
     """Run `mptfx ARGS` in a subprocess (the installed console script's module)."""
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     completed = subprocess.run(
@@ -56,7 +66,7 @@ def mptfx_here(capsys, monkeypatch):
     for the commands that start no pipeline: same exit code and lines, no subprocess."""
     from pipelines.cli import main
 
-    def run(*args: str, cwd: Path = REPO) -> CliResult:
+    def run(*args: str, cwd: Path = RUN_DIR) -> CliResult:
         monkeypatch.chdir(cwd)
         capsys.readouterr()
         code = main(list(args))
@@ -127,3 +137,43 @@ def local_run(tmp_path_factory):
     return collect_outputs(connection, summary.pipeline, summary.run_id), summary
 
 
+
+
+# --- the suite leaves nothing in the checkout -----------------------------------------
+# What git reports (untracked and ignored files) is read when the session starts and when it
+# ends; anything new fails the session (`make test` exits 1, naming the files). Caches of
+# Python and the tools are not the suite's doing. Only the controlling process checks (not
+# each pytest-xdist worker).
+_CACHES = ("__pycache__/", ".pytest_cache/", ".ruff_cache/", ".egg-info/", ".venv")
+
+
+def checkout_files(repo: Path = REPO) -> set[str]:
+    """Untracked and ignored paths git sees in `repo`, without the tools' caches."""
+    listed = subprocess.run(
+        ["git", "-C", str(repo), "status", "--porcelain", "--ignored", "--untracked-files=all"],
+        capture_output=True, text=True, check=True).stdout.splitlines()
+    paths = {line[3:] for line in listed if line[:2] in ("??", "!!")}
+    return {path for path in paths if not any(cache in path for cache in _CACHES)}
+
+
+def _is_controller(session: pytest.Session) -> bool:
+    return not hasattr(session.config, "workerinput")
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    if _is_controller(session):
+        session.config.stash[_LEFT_BEHIND] = checkout_files()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if not _is_controller(session) or _LEFT_BEHIND not in session.config.stash:
+        return
+    left = sorted(checkout_files() - session.config.stash[_LEFT_BEHIND])
+    if left:
+        shown = ", ".join(left[:10]) + (f" and {len(left) - 10} more" if len(left) > 10 else "")
+        print(f"\nmptfx tests: the suite left files in the checkout {REPO}: {shown}",
+              file=sys.stderr)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+_LEFT_BEHIND = pytest.StashKey[set]()

@@ -25,6 +25,7 @@ from pathlib import Path
 from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
+from tests.conftest import RUN_DIR
 from tests.ports import free_port
 
 REPO = Path(__file__).resolve().parents[1]
@@ -138,7 +139,7 @@ class ProcessCluster:
             env["MPTFX_WORKER_ADDRESS_MAP"] = job["address_map"]
         command = [sys.executable if part == "python" else part for part in container["command"]]
         log = open(self.scratch / f"{pod_name}.log", "w")  # noqa: SIM115 - closed by the OS
-        process = subprocess.Popen(command, cwd=REPO, env=env, stdout=log,
+        process = subprocess.Popen(command, cwd=RUN_DIR, env=env, stdout=log,
                                    stderr=subprocess.STDOUT)
         job["pods"].append({"name": pod_name, "index": index, "process": process,
                             "seen": False})

@@ -64,7 +64,7 @@ def _prepare(ctx: Context) -> dict[str, Any] | None:
 
 def pipeline_defaults() -> dict[str, Any]:
     """The model and trainer settings `mptfx run` uses by default."""
-    from pipelines.config import Config
+    from components.core.config import Config
 
     config = Config()
     return {

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import tensorflow as tf
 from google.protobuf.message import DecodeError
 
+from components.core.text import one_line
 from components.examples_format import FILENAME_KEY, IMAGE_KEY, LABEL_KEY, LABEL_NAME_KEY
 from components.ingest.errors import DataError
 from components.ingest.headers import HeaderCheck, SizeLimits, check_bytes, check_file
@@ -160,10 +161,8 @@ class TFRecordSource:
                     yield path, position, record
                     position += 1
             except tf.errors.OpError as error:
-                message = error.message.splitlines()[0]
-                raise DataError(
-                    f"TFRecord file {path} is corrupt after record {position}: {message}"
-                ) from None
+                raise DataError(f"TFRecord file {path} is corrupt after record {position}: "
+                                f"{one_line(error)}") from None
 
     def _scan(self) -> tuple[int, dict[int, str]]:
         """Count the records and learn each label's name, refusing contradictory names."""

@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 import tensorflow as tf
 
+from components.core.text import one_line
 from components.examples_format import DEPTH_KEY, LABEL_KEY, MASK_KEY
 from components.ingest.errors import DataError
 from components.ingest.headers import SizeLimits, size_problem
@@ -181,8 +182,7 @@ class VolumeSource:
                     return f"no mask {mask_name} beside it", None, b""
                 mask = _read_array(files[mask_name], suffix)
         except Exception as error:  # any reader's failure quarantines the pair, named
-            reason = str(error).strip().splitlines()
-            return f"unreadable: {type(error).__name__}: {reason[0] if reason else ''}", None, b""
+            return f"unreadable: {type(error).__name__}: {one_line(str(error))}", None, b""
         problem = _check_pair(volume, mask)
         if problem:
             return problem, None, b""

@@ -20,7 +20,8 @@ from tfx.dsl.component.experimental.decorators import component
 from tfx.types import standard_artifacts
 from tfx.utils import io_utils, path_utils
 
-from components.pusher.publish import prune_versions, publish_version
+from components.core.publish import prune_versions
+from components.pusher.publish import publish_version
 from components.serving.rollout import protected_versions, record_push
 
 

@@ -17,20 +17,24 @@ import logging
 import os
 import posixpath
 import time
-import uuid
 from collections.abc import Callable, Collection
 
 import tensorflow as tf
 
+from components.core.publish import (
+    STALE_STAGING_SECONDS,
+    existing_versions,
+    new_staging_dir,
+    prune_versions,
+    remove_stale_staging,
+)
 from components.faults import fault_point
 
-_STAGING_PREFIX = ".staging-"
 # `<base>/.reserved-<version>`: taken with an exclusive mkdir before a version is staged, so
 # two pushers never pick the same number. Hidden, so TF Serving never sees it.
 _RESERVED_PREFIX = ".reserved-"
 _RESERVE_ATTEMPTS = 100
 _SAVED_MODEL_FILE = "saved_model.pb"
-_STALE_STAGING_SECONDS = 3600
 
 CopyFile = Callable[[str, str], None]
 
@@ -45,14 +49,6 @@ def _is_object_store(path: str) -> bool:
 
 def _default_copy(source: str, destination: str) -> None:
     tf.io.gfile.copy(source, destination, overwrite=True)
-
-
-def existing_versions(base_dir: str) -> list[int]:
-    """The integer version folders under `base_dir`, oldest first."""
-    if not tf.io.gfile.isdir(base_dir):
-        return []
-    names = (name.rstrip("/") for name in tf.io.gfile.listdir(base_dir))
-    return sorted(int(name) for name in names if name.isdigit())
 
 
 def _copy_tree(source: str, destination: str, copy_file: CopyFile) -> None:
@@ -138,7 +134,7 @@ def _remove_stale_reservations(base_dir: str) -> None:
             age = now - tf.io.gfile.stat(path).mtime_nsec / 1e9
         except tf.errors.NotFoundError:
             continue
-        if age > _STALE_STAGING_SECONDS:
+        if age > STALE_STAGING_SECONDS:
             tf.io.gfile.rmtree(path)
 
 
@@ -173,34 +169,6 @@ def _fingerprint(model_dir: str) -> dict[str, object]:
     return prints
 
 
-def _remove_stale_staging(base_dir: str) -> None:
-    """Staging folders left by a killed push are deleted once they are an hour old."""
-    now = time.time()
-    for name in tf.io.gfile.listdir(base_dir):
-        name = name.rstrip("/")
-        if not name.startswith(_STAGING_PREFIX):
-            continue
-        path = posixpath.join(base_dir, name)
-        try:
-            started = float(name[len(_STAGING_PREFIX):].split("-")[0])
-        except ValueError:
-            started = 0.0
-        if now - started > _STALE_STAGING_SECONDS:
-            tf.io.gfile.rmtree(path)
-
-
-def prune_versions(base_dir: str, keep_versions: int,
-                   protected: Collection[int] = ()) -> list[int]:
-    """Delete all but the newest `keep_versions` versions, never one in `protected` (the
-    versions models.config labels: stable, canary, previous); returns the deleted ones."""
-    versions = existing_versions(base_dir)
-    doomed = versions[:-keep_versions] if keep_versions > 0 else []
-    doomed = [version for version in doomed if version not in set(protected)]
-    for version in doomed:
-        tf.io.gfile.rmtree(posixpath.join(base_dir, str(version)))
-    return doomed
-
-
 def publish_version(
     source_dir: str,
     base_dir: str,
@@ -218,7 +186,7 @@ def publish_version(
     if not tf.io.gfile.exists(posixpath.join(source_dir, _SAVED_MODEL_FILE)):
         raise PublishError(f"no {_SAVED_MODEL_FILE} in {source_dir}: not a SavedModel")
     tf.io.gfile.makedirs(base_dir)
-    _remove_stale_staging(base_dir)
+    remove_stale_staging(base_dir)
     _remove_stale_reservations(base_dir)
     _remove_half_versions(base_dir)
     versions = existing_versions(base_dir)
@@ -230,7 +198,7 @@ def publish_version(
             return versions[-1], newest
     version, reservation = reserve_version(base_dir)
     version_dir = posixpath.join(base_dir, str(version))
-    staging = posixpath.join(base_dir, f"{_STAGING_PREFIX}{time.time():.0f}-{uuid.uuid4().hex[:8]}")
+    staging = new_staging_dir(base_dir)  # also removes a killed push's stale staging
     try:
         _copy_tree(source_dir, staging, copy_file)
         if _is_object_store(base_dir):

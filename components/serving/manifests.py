@@ -18,6 +18,8 @@ from typing import Any
 
 import yaml
 
+from components.core.config import Config
+
 GATEWAY_API_VERSION = "gateway.networking.k8s.io/v1"
 MONITORING_API_VERSION = "monitoring.coreos.com/v1"
 SERVICE_NAME = "mptfx-serving"
@@ -51,7 +53,7 @@ def _backend(service: str, weight: int, model_name: str, label: str) -> dict[str
     }
 
 
-def render_http_route(config: Any, weight: int) -> dict[str, Any]:
+def render_http_route(config: Config, weight: int) -> dict[str, Any]:
     """The HTTPRoute sending `weight` % of `/v1/models/<name>:predict` to the canary label
     and the rest to the stable label; every other path goes to the stable Service."""
     if not 0 <= weight <= 100:
@@ -80,7 +82,7 @@ def render_http_route(config: Any, weight: int) -> dict[str, Any]:
     }
 
 
-def render_service_monitor(config: Any) -> dict[str, Any]:
+def render_service_monitor(config: Config) -> dict[str, Any]:
     """Prometheus Operator ServiceMonitor scraping TF Serving's Prometheus endpoint and the
     metrics sidecar's; both get the pod's track (stable | canary) as the label `track`, which
     is how the canary analysis tells the canary's series from the stable's (TF Serving's own
@@ -103,7 +105,7 @@ def render_service_monitor(config: Any) -> dict[str, Any]:
     }
 
 
-def render_prometheus_rule(config: Any) -> dict[str, Any]:
+def render_prometheus_rule(config: Config) -> dict[str, Any]:
     """Alerts: the model is not available, request error ratio, p99 latency over budget."""
     model = config.pusher.model_name
     budget_us = int(config.serving.p99_latency_budget_ms * 1000)  # TF Serving counts in µs
@@ -159,7 +161,7 @@ Rendered by `mptfx serve render` from serving.p99_latency_budget_ms and
 serving.max_error_rate; this file is the rendering of the defaults."""
 
 
-def render_all(out_dir: Path, config: Any, weight: int) -> list[Path]:
+def render_all(out_dir: Path, config: Config, weight: int) -> list[Path]:
     """Write the route and the monitoring objects into `out_dir`."""
     return [
         write_manifests(out_dir / ROUTE_FILE, [render_http_route(config, weight)], ROUTE_HEADER),

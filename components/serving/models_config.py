@@ -82,6 +82,11 @@ def _parse(path: Path):
     return config
 
 
+def served_model_names(path: str | os.PathLike) -> list[str]:
+    """The names of the models the file at `path` serves ([] when absent)."""
+    return [entry.name for entry in _parse(Path(path)).model_config_list.config]
+
+
 def read_labels(path: str | os.PathLike, model_name: str) -> ServingLabels:
     """The labels of `model_name` in the file at `path` (all None when absent)."""
     config = _parse(Path(path))

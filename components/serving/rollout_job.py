@@ -20,6 +20,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from components.core.config import Config
+from components.serving.config import AnalysisSection
 from components.serving.manifests import SERVICE_NAME
 
 ROLLOUT_NAME = "mptfx-serving-rollout"
@@ -39,7 +41,7 @@ def _metadata(name: str, namespace: str, **extra: Any) -> dict[str, Any]:
     return {"name": name, "namespace": namespace, "labels": dict(_LABELS), **extra}
 
 
-def longest_rollout_seconds(analysis: Any) -> int:
+def longest_rollout_seconds(analysis: AnalysisSection) -> int:
     """The most a rollout can take: every step held through every failed and inconclusive
     check it may make, plus a check's worth of queries."""
     checks = len(analysis.steps) * (analysis.failure_limit + analysis.inconclusive_limit)
@@ -47,7 +49,7 @@ def longest_rollout_seconds(analysis: Any) -> int:
                      + checks * 6 * analysis.query_timeout_seconds)
 
 
-def _container(config: Any) -> dict[str, Any]:
+def _container(config: Config) -> dict[str, Any]:
     k8s = config.kubernetes
     env = [{"name": "HOME", "value": "/tmp"}, {"name": "PYTHONUNBUFFERED", "value": "1"},
            {"name": "MLFLOW_TRACKING_URI", "value": k8s.tracking_uri}]
@@ -76,7 +78,7 @@ def _container(config: Any) -> dict[str, Any]:
     }
 
 
-def render_rollout_cronjob(config: Any) -> dict[str, Any]:
+def render_rollout_cronjob(config: Config) -> dict[str, Any]:
     """The CronJob; its deadline covers the longest rollout `serving.analysis` allows."""
     k8s = config.kubernetes
     pod = {
@@ -125,7 +127,7 @@ def render_rollout_cronjob(config: Any) -> dict[str, Any]:
     }
 
 
-def rollout_objects(config: Any) -> list[dict[str, Any]]:
+def rollout_objects(config: Config) -> list[dict[str, Any]]:
     """ServiceAccount, Role (get/patch the one HTTPRoute), RoleBinding, CronJob."""
     namespace = config.kubernetes.namespace
     return [

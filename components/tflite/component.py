@@ -33,6 +33,7 @@ from tfx.dsl.component.experimental.decorators import component
 from tfx.types import artifact, standard_artifacts
 from tfx.utils import path_utils
 
+from components.core.publish import commit_staged_version, new_staging_dir, prune_versions
 from components.examples_format import EVAL_SPLIT, TRAIN_SPLIT, read_label_names
 from components.faults import fault_point
 from components.tflite.convert import (
@@ -44,7 +45,6 @@ from components.tflite.convert import (
 )
 from components.tflite.data import load_split_images
 from components.tflite.parity import check_parity, savedmodel_predictions
-from components.tflite.publish import commit_version, new_staging_dir, prune_versions
 from components.trainer.export import FLOAT32_DIR, float32_model_dir
 
 NOT_PUSHED_REASON = "model not pushed (not blessed)"
@@ -315,7 +315,7 @@ def TFLiteExport(
         parity_limit=parity_limit,
         reported_version_dir=os.path.join(publish_dir, version),
     )
-    commit_version(staging, publish_dir, version)
+    commit_staged_version(staging, publish_dir, version)
     prune_versions(publish_dir, keep_versions)
     published = [variant for variant, entry in report.items() if entry["published"]]
     tflite_models.set_int_custom_property("skipped", 0)

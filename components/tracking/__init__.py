@@ -23,7 +23,9 @@ import threading
 from pathlib import Path
 from typing import Any, TextIO
 
-from components.redact import redact, redact_text
+from components.core.config import Config
+from components.core.text import one_line
+from components.redact import redact
 from components.run_summary import RunSummary
 from components.tracking import store as store_lib
 from components.tracking.store import TrackingStore, is_local_uri, server_host
@@ -35,7 +37,7 @@ __all__ = ["TrackingStore", "log_run", "prepare", "resolve_store"]
 PREPARE_WAIT_SECONDS = 300.0
 
 
-def resolve_store(config: Any, workspace_root: Path, out: TextIO) -> TrackingStore:
+def resolve_store(config: Config, workspace_root: Path, out: TextIO) -> TrackingStore:
     """Where this run will be recorded; prints the one warning when the server is down.
 
     Raises TrackingServerUnreachable (a UsageError, exit 2, naming the host) when the server
@@ -88,14 +90,15 @@ def log_run(store: TrackingStore, summary: RunSummary, out: TextIO,
     except Exception as error:  # tracking must not fail a pipeline run that completed
         section = {}
         if not is_local_uri(store.uri):  # the server went away during the run
-            store = store.fall_back(_one_line(error))
+            store = store.fall_back(one_line(error, limit=300, redact=True))
             print(store.fallback_warning(), file=out, flush=True)
             try:
                 section = record_pipeline_run(store, summary)
             except Exception as local_error:
                 error = local_error
         if not section:
-            section = {"error": f"MLflow tracking failed: {_one_line(error)}",
+            reason = one_line(error, limit=300, redact=True)
+            section = {"error": f"MLflow tracking failed: {reason}",
                        "tracking_uri": redact(store.uri)}
             print(f"mptfx: warning: {section['error']}", file=out, flush=True)
     summary.mlflow = section
@@ -110,8 +113,3 @@ def log_run(store: TrackingStore, summary: RunSummary, out: TextIO,
         print(f"  mlflow: run {section['run_id']} in experiment {section['experiment']!r}"
               f"{alias} -> {where}{pending}", file=out, flush=True)
     return section
-
-
-def _one_line(error: BaseException) -> str:
-    lines = redact_text(str(error)).strip().splitlines()
-    return lines[0][:300] if lines else type(error).__name__

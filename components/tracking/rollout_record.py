@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from components.serving.config import AnalysisSection
 from components.tracking.registry import serving_version_of
 from components.tracking.store import ensure_experiment
 
@@ -44,7 +45,7 @@ class RolloutRun:
 
     @classmethod
     def start(cls, client: Any, experiment: str, model_name: str, canary: int, stable: int,
-              settings: Any, artifact_location: str | None) -> RolloutRun:
+              settings: AnalysisSection, artifact_location: str | None) -> RolloutRun:
         """Create the run and log the settings it judges with."""
         experiment_id = ensure_experiment(client, experiment, artifact_location)
         run = client.create_run(experiment_id, run_name=f"rollout {model_name} v{canary}",

@@ -100,6 +100,16 @@ def local_store_uri(workspace: Path) -> str:
     return f"sqlite:///{(Path(workspace).resolve() / LOCAL_DB_NAME).as_posix()}"
 
 
+def local_artifact_location(uri: str) -> str | None:
+    """Where a new experiment of a sqlite store keeps its artifacts: `mlartifacts/` beside
+    the database file (else MLflow puts them in `./mlruns` of whatever the working directory
+    is); None for a server or a file store, which decide for themselves."""
+    if not uri.startswith("sqlite:///"):
+        return None
+    database = Path(uri[len("sqlite:///"):])
+    return (database.parent / LOCAL_ARTIFACTS_DIR).resolve().as_uri()
+
+
 def is_local_uri(uri: str) -> bool:
     """True for stores that need no server: sqlite files, file:// folders, plain paths."""
     scheme = urllib.parse.urlparse(uri).scheme

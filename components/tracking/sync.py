@@ -24,6 +24,7 @@ from components.tracking.store import (
     SYNCED_RUN_TAG,
     SYNCED_TO_TAG,
     ensure_experiment,
+    local_artifact_location,
     local_store_uri,
     mlflow_client,
     require_reachable,
@@ -142,7 +143,7 @@ def sync_workspace(workspace: Path, target_uri: str | None, timeout: float,
 
 def _sync_one(local: Any, remote: Any, run: Any, server: str) -> SyncedRun:
     experiment = local.get_experiment(run.info.experiment_id)
-    experiment_id = ensure_experiment(remote, experiment.name, None)
+    experiment_id = ensure_experiment(remote, experiment.name, local_artifact_location(server))
     copy = _already_copied(remote, experiment_id, run.info.run_id)
     if copy is not None and copy.info.status == "RUNNING":  # an interrupted sync: start over
         remote.delete_run(copy.info.run_id)

@@ -1,6 +1,6 @@
 """The Trainer's configuration schema: the sections `run_fn` reads from `custom_config`.
 
-The pipeline's `Config` (pipelines/config.py) composes these sections, and `run_fn`
+The pipeline's `Config` (components/core/config.py) composes these sections, and `run_fn`
 validates its `custom_config` with the same classes, so a key has one default and one
 check whether it comes from `--set` or reaches TFX as JSON. A key added here reaches
 `run_fn` with its default; `configs/local.yaml` lists every one of them.

@@ -28,6 +28,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from components.core.config import Config
 from components.trainer.lint import MixedPrecisionLintError, check_mixed_precision
 from components.trainer.precision import find_recurrent_layers, recurrent_precision_warning
 from models.registry import SEGMENTATION
@@ -156,7 +157,7 @@ def _reason(error: BaseException) -> str:
     return f"{type(error).__name__}: {reason[:300]}"
 
 
-def check_configured_model(config: Any) -> list[str]:
+def check_configured_model(config: Config) -> list[str]:
     """`check_model_file` for a pipeline config's `model.module_file` (no-op without one).
 
     The policy is what the Trainer resolves from `trainer.precision` on this machine; the

@@ -25,6 +25,7 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
+from components.core.text import one_line
 from components.trainer.export import build_in_float32
 
 KERAS_DIR = "Format-Keras"
@@ -80,7 +81,7 @@ def warm_start_weights(
         if shapes != expected:
             raise ValueError(f"{len(shapes)} weights {shapes[:3]}... vs {expected[:3]}...")
     except (ValueError, OSError, KeyError) as error:
-        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        reason = one_line(error)
         logging.warning(
             "Trainer: base model %s has another architecture than %s (%s); training from "
             "scratch",

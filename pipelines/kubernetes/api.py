@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from components.core.text import one_line
 from components.errors import UsageError
 
 
@@ -51,8 +52,7 @@ def _api_message(error: Exception) -> str:
             text = str(body)
     else:
         text = getattr(error, "reason", None) or str(error)
-    lines = str(text).strip().splitlines()
-    return lines[0] if lines else type(error).__name__
+    return one_line(str(text)) or type(error).__name__
 
 
 @contextmanager

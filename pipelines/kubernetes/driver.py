@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
+from components.core.config import Config
 from pipelines.kubernetes.api import KubernetesError, api_call, read_json
 from pipelines.kubernetes.ir import NodePlan
 from pipelines.kubernetes.manifests import (
@@ -38,7 +39,7 @@ class KubernetesRunner:
         follow_logs: also echo pod logs to `out`, prefixed with the node id.
     """
 
-    def __init__(self, config: Any, batch_api: Any, core_api: Any, custom_api: Any = None,
+    def __init__(self, config: Config, batch_api: Any, core_api: Any, custom_api: Any = None,
                  out: TextIO = sys.stdout, log_dir: Path | None = None,
                  follow_logs: bool = False, sleep: Callable[[float], None] = time.sleep,
                  clock: Callable[[], float] = time.monotonic) -> None:

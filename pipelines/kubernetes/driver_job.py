@@ -13,6 +13,7 @@ from typing import Any
 
 import yaml
 
+from components.core.config import Config
 from components.errors import EXIT_OK, UsageError
 from pipelines.kubernetes.api import KubernetesError
 from pipelines.kubernetes.driver import KubernetesRunner
@@ -45,7 +46,7 @@ def driver_arguments(args: argparse.Namespace) -> list[str]:
     return forwarded
 
 
-def create_driver_job(config: Any, run_id: str, forwarded: list[str], resume: bool,
+def create_driver_job(config: Config, run_id: str, forwarded: list[str], resume: bool,
                       clients: tuple[Any, Any, Any]) -> int:
     """Create the run's ConfigMap (its effective configuration) and the driver Job; returns
     the exit code. Resuming, the run's existing ConfigMap is kept."""

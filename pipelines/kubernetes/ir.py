@@ -6,6 +6,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from components.core.config import Config
+from components.core.text import one_line
 from components.errors import UsageError
 
 TRAINER_NODE = "Trainer"
@@ -24,7 +26,7 @@ class NodePlan:
         return self.node_id == TRAINER_NODE
 
 
-def plan_nodes(ir: Any, config: Any) -> list[NodePlan]:
+def plan_nodes(ir: Any, config: Config) -> list[NodePlan]:
     """The IR's nodes in topological order with their upstream nodes and node pool."""
     k8s = config.kubernetes
     plan = []
@@ -39,7 +41,7 @@ def plan_nodes(ir: Any, config: Any) -> list[NodePlan]:
     return plan
 
 
-def prepare_ir(ir: Any, config: Any) -> None:
+def prepare_ir(ir: Any, config: Config) -> None:
     """Point the IR at the cluster's ML Metadata database and Beam runner (in place)."""
     from ml_metadata.proto import metadata_store_pb2
     from tfx.proto.orchestration import executable_spec_pb2, pipeline_pb2
@@ -88,7 +90,7 @@ def store_ir(ir: Any, uri: str) -> None:
             handle.write(json_format.MessageToJson(ir, sort_keys=True))
     except Exception as error:  # fileio raises per-filesystem errors
         raise UsageError(
-            f"cannot write the pipeline IR to {uri}: {str(error).splitlines()[0]}; the workspace "
+            f"cannot write the pipeline IR to {uri}: {one_line(error)}; the workspace "
             "must be reachable where the driver runs (run it in the cluster: mptfx k8s submit "
             "--driver-job)"
         ) from None

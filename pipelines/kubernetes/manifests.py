@@ -7,6 +7,7 @@ import hashlib
 import re
 from typing import Any
 
+from components.core.config import Config
 from components.errors import EXIT_USAGE
 from components.pod_env import PASSWORD_ENV
 from pipelines.kubernetes.ir import NodePlan
@@ -75,7 +76,7 @@ def pool_tolerations(pool: Any) -> list[dict[str, Any]]:
     return tolerations
 
 
-def _volumes(config: Any, gpus: int) -> tuple[list[dict], list[dict]]:
+def _volumes(config: Config, gpus: int) -> tuple[list[dict], list[dict]]:
     k8s = config.kubernetes
     volumes = [
         {"name": "workspace", "persistentVolumeClaim": {"claimName": k8s.workspace_claim}},
@@ -91,7 +92,7 @@ def _volumes(config: Any, gpus: int) -> tuple[list[dict], list[dict]]:
     return volumes, mounts
 
 
-def pod_env(config: Any) -> list[dict[str, Any]]:
+def pod_env(config: Config) -> list[dict[str, Any]]:
     """The environment of every mptfx pod: ML Metadata password and MLflow login from
     Secrets, the cluster's MLflow server; nothing secret is ever a plain value."""
     k8s = config.kubernetes
@@ -108,7 +109,7 @@ def pod_env(config: Any) -> list[dict[str, Any]]:
     return env
 
 
-def _pod_spec(config: Any, pool_name: str, container: dict[str, Any],
+def _pod_spec(config: Config, pool_name: str, container: dict[str, Any],
               restart_policy: str = "Never") -> dict[str, Any]:
     k8s = config.kubernetes
     pool = k8s.pools[pool_name]
@@ -159,7 +160,7 @@ def worker_hosts(name: str, workers: int, port: int) -> list[str]:
     return [f"{name}-{index}.{name}:{port}" for index in range(workers)]
 
 
-def _job(config: Any, run_id: str, node: NodePlan, plan: list[NodePlan], attempt: int,
+def _job(config: Config, run_id: str, node: NodePlan, plan: list[NodePlan], attempt: int,
          container: dict[str, Any], extra_spec: dict[str, Any] | None = None,
          subdomain: str | None = None) -> dict[str, Any]:
     k8s = config.kubernetes
@@ -193,7 +194,7 @@ def _job(config: Any, run_id: str, node: NodePlan, plan: list[NodePlan], attempt
     }
 
 
-def node_objects(config: Any, run_id: str, node: NodePlan, plan: list[NodePlan],
+def node_objects(config: Config, run_id: str, node: NodePlan, plan: list[NodePlan],
                  ir_location: str, attempt: int = 1) -> list[dict[str, Any]]:
     """What the runner creates for one node: a Job; for a multi-worker Trainer an Indexed Job
     and its headless Service, or a Kubeflow TFJob."""
@@ -215,7 +216,7 @@ def node_objects(config: Any, run_id: str, node: NodePlan, plan: list[NodePlan],
     return [worker_service(config, run_id, node, attempt), job]
 
 
-def worker_service(config: Any, run_id: str, node: NodePlan, attempt: int) -> dict[str, Any]:
+def worker_service(config: Config, run_id: str, node: NodePlan, attempt: int) -> dict[str, Any]:
     """The headless Service that gives each worker pod of the Indexed Job a DNS name."""
     name = job_name(run_id, node.node_id, attempt)
     labels = _labels(run_id, node.node_id, attempt, "pipeline-node")
@@ -235,7 +236,7 @@ def worker_service(config: Any, run_id: str, node: NodePlan, attempt: int) -> di
     }
 
 
-def tfjob(config: Any, run_id: str, node: NodePlan, plan: list[NodePlan], ir_location: str,
+def tfjob(config: Config, run_id: str, node: NodePlan, plan: list[NodePlan], ir_location: str,
           attempt: int = 1) -> dict[str, Any]:
     """A Kubeflow TFJob (kubeflow.org/v1): the Training Operator sets TF_CONFIG itself."""
     k8s = config.kubernetes
@@ -270,7 +271,7 @@ def tfjob(config: Any, run_id: str, node: NodePlan, plan: list[NodePlan], ir_loc
     }
 
 
-def config_map(config: Any, run_id: str, config_yaml: str) -> dict[str, Any]:
+def config_map(config: Config, run_id: str, config_yaml: str) -> dict[str, Any]:
     """The run's effective configuration, read by the in-cluster driver."""
     return {
         "apiVersion": "v1",
@@ -285,7 +286,7 @@ def config_map(config: Any, run_id: str, config_yaml: str) -> dict[str, Any]:
 DRIVER_CONFIG = "/etc/mptfx/config.yaml"
 
 
-def driver_job(config: Any, run_id: str, forwarded: list[str] = (), resume: bool = False,
+def driver_job(config: Config, run_id: str, forwarded: list[str] = (), resume: bool = False,
                name_suffix: str = "") -> dict[str, Any]:
     """The in-cluster driver: `mptfx k8s submit --in-cluster` under its own ServiceAccount.
 
@@ -325,7 +326,7 @@ def driver_job(config: Any, run_id: str, forwarded: list[str] = (), resume: bool
     }
 
 
-def run_objects(config: Any, run_id: str, plan: list[NodePlan], ir_location: str,
+def run_objects(config: Config, run_id: str, plan: list[NodePlan], ir_location: str,
                 config_yaml: str | None = None) -> list[dict[str, Any]]:
     """Every object a run creates, in creation order (for `mptfx k8s compile`)."""
     objects: list[dict[str, Any]] = []

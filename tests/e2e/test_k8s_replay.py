@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import RUN_DIR
 from tests.k8s_double import (
     REPO,
     SMALL,
@@ -147,7 +148,7 @@ def test_rerunning_a_finished_node_does_nothing(replay, postgres):
     env = dict(os.environ, MPTFX_MLMD_PASSWORD=postgres["password"])
     result = subprocess.run(
         [sys.executable, "-m", "pipelines.node_entrypoint", "--ir", replay["ir_uri"],
-         "--node", "Trainer"], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+         "--node", "Trainer"], cwd=RUN_DIR, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-2000:]
     assert f"Trainer already succeeded in run {replay['run_id']} (execution {before}, " \
         "complete); nothing to do" in result.stdout

@@ -1,7 +1,8 @@
 """End to end: the real `mptfx run` on the digits, as a user runs it, shared by every test here.
 
 One pipeline run (about 1.5 minutes) with the default config on the full digits set exported
-as image folders, plus a corrupt PNG and a text file among the images.
+as image folders, plus a corrupt PNG and a text file among the images, in a folder named
+`flowers` as a user's own data would be: the pipeline and the model are named after it.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ COMPONENTS = ["Ingest", "StatisticsGen", "SchemaGen", "ExampleValidator", "DataV
 
 @pytest.fixture(scope="session")
 def user_data(tmp_path_factory) -> Path:
-    root = export_digits(tmp_path_factory.mktemp("data") / "digits")
+    root = export_digits(tmp_path_factory.mktemp("data") / "flowers")
     (root / "3" / "scanner_glitch.png").write_bytes(b"\x89PNG\r\n\x1a\n" + b"\x00garbage" * 20)
     (root / "5" / "notes.txt").write_text("these are not images\n")
     return root
@@ -57,7 +58,7 @@ def _eval_images(summary: RunSummary) -> tuple[np.ndarray, np.ndarray]:
     return np.stack(images), np.array(labels)
 
 
-def test_run_completes_and_prints_progress_and_summary(digits_run):
+def test_run_completes_and_prints_progress_and_summary(digits_run, user_data):
     workspace, result = digits_run
     summary = result.summary
     assert summary.status == "completed"
@@ -73,6 +74,10 @@ def test_run_completes_and_prints_progress_and_summary(digits_run):
     assert on_disk == summary.to_dict()
     assert Path(summary.summary_path).parent.parent == workspace / "runs"
     assert summary.wall_seconds > 0
+    # Named after the data folder, said in the run's first line.
+    first = result.stderr.splitlines()[0]
+    assert f"pipeline flowers and model flowers named after {user_data}," in first, first
+    assert summary.pipeline == "flowers" and summary.mlflow.experiment == "flowers"
     trainer = summary.trainer
     tuning = trainer.autotune
     if tuning["status"] == "measured":
@@ -117,7 +122,7 @@ def test_model_is_accurate_blessed_and_pushed_in_tf_serving_layout(digits_run):
     version_dir = Path(pushed.path)
     assert version_dir.name == str(pushed.version) and version_dir.name.isdigit()
     assert (version_dir / "saved_model.pb").exists()
-    assert version_dir.parent.name == "digits"
+    assert version_dir.parent == digits_run[0] / "serving" / "flowers"  # named after --data
 
 
 def test_pushed_saved_model_classifies_eval_images(digits_run):
@@ -260,7 +265,7 @@ def test_mlflow_loads_the_champion_and_predicts_with_the_evaluators_accuracy(dig
     images, labels = _eval_images(summary)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", summary.mlflow.tracking_uri)
     monkeypatch.setenv("MLFLOW_REGISTRY_URI", summary.mlflow.tracking_uri)
-    model = mlflow.pyfunc.load_model("models:/digits@champion")
+    model = mlflow.pyfunc.load_model("models:/flowers@champion")
     assert images.dtype == np.uint8
     predicted = model.predict(images)
     assert predicted["probabilities"].shape == (len(labels), 10)

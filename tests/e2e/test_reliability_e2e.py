@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from pipelines.datasets import export_digits
+from tests.conftest import RUN_DIR
 from tests.ports import free_port
 
 # Twelve pipeline runs (six killed, six recoveries): `make test-faults`, not `make test`,
@@ -90,7 +91,7 @@ def _run(command: list[str], fault: str | None = None) -> subprocess.CompletedPr
     env.pop("MPTFX_FAULT", None)
     if fault:
         env["MPTFX_FAULT"] = fault
-    return subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True,
+    return subprocess.run(command, cwd=RUN_DIR, env=env, capture_output=True, text=True,
                           timeout=1200)
 
 
@@ -158,7 +159,7 @@ def test_second_concurrent_run_exits_0_naming_the_holder(crash_runs, data, mlflo
     _, uri = mlflow_server
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     env.pop("MPTFX_FAULT", None)
-    first = subprocess.Popen(_command(workspace, data, uri, 99), cwd=REPO, env=env,
+    first = subprocess.Popen(_command(workspace, data, uri, 99), cwd=RUN_DIR, env=env,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     lock = workspace / "workspace.lock"
     deadline = time.monotonic() + 120

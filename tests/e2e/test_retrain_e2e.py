@@ -22,6 +22,7 @@ import pytest
 
 from components.run_summary import RunSummary
 from pipelines.datasets import export_digits
+from tests.conftest import RUN_DIR
 
 pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[2]
@@ -44,7 +45,7 @@ def _retrain_process(workspace: Path, data: Path) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "pipelines.cli", "retrain", "--workspace", str(workspace),
          "--data", str(data), "--json", *SETTINGS],
-        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=RUN_DIR, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
 
 

@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 import yaml
 
-from tests.conftest import REPO, CliResult
+from tests.conftest import RUN_DIR, CliResult
 from tests.tf_serving_double import serve_models
 from tests.tf_serving_double import served as served_models
 
@@ -53,7 +53,7 @@ def serve(mptfx, workspace: Path, *args: str, process: bool = False, env: dict |
     console process with `process=True`."""
     argv = ["serve", *args, "--workspace", str(workspace)]
     if process or env is not None:
-        return subprocess.run([sys.executable, "-m", "pipelines.cli", *argv], cwd=REPO,
+        return subprocess.run([sys.executable, "-m", "pipelines.cli", *argv], cwd=RUN_DIR,
                               env={**os.environ, **(env or {})}, capture_output=True,
                               text=True, timeout=600)
     from pipelines.cli import main

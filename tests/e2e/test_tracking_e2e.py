@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.conftest import RUN_DIR
 from tests.ports import free_port
 
 pytestmark = pytest.mark.e2e
@@ -49,7 +50,7 @@ class Result:
 def mptfx(*args: str, timeout: int = 900) -> Result:
     """`mptfx ARGS` as a user runs it, with no MLFLOW_TRACKING_URI in the environment."""
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
-    completed = subprocess.run([sys.executable, "-m", "pipelines.cli", *args], cwd=REPO,
+    completed = subprocess.run([sys.executable, "-m", "pipelines.cli", *args], cwd=RUN_DIR,
                                env=env, capture_output=True, text=True, timeout=timeout)
     return Result(completed.returncode, completed.stdout, completed.stderr)
 
@@ -62,7 +63,7 @@ class Launched:
         self.stdout_path, self.stderr_path = folder / f"{name}.out", folder / f"{name}.err"
         with open(self.stdout_path, "w") as out, open(self.stderr_path, "w") as err:
             self.process = subprocess.Popen([sys.executable, "-m", "pipelines.cli", *args],
-                                            cwd=REPO, env=env, stdout=out, stderr=err)
+                                            cwd=RUN_DIR, env=env, stdout=out, stderr=err)
 
     def stderr_so_far(self) -> str:
         return self.stderr_path.read_text()
@@ -219,7 +220,7 @@ def ui(default_run, workspace):
     port = free_port()
     process = subprocess.Popen(
         [sys.executable, "-m", "pipelines.cli", "ui", "--workspace", str(workspace),
-         "--port", str(port)], cwd=REPO, stdout=subprocess.DEVNULL,
+         "--port", str(port)], cwd=RUN_DIR, stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL, start_new_session=True)
     yield process, port
     stop_process_group(process)

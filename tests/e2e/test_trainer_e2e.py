@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from components.run_summary import RunSummary
+from tests.conftest import RUN_DIR
 
 pytestmark = pytest.mark.e2e
 
@@ -51,7 +52,7 @@ def runs(tmp_path_factory) -> dict[str, RunSummary]:
             command = [sys.executable, "-m", "pipelines.cli", "run", "--workspace",
                        str(workspaces[workspace_name]), "--json", *args]
             started[name] = subprocess.Popen(
-                command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                command, cwd=RUN_DIR, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                 env=dict(os.environ, PYTHONUNBUFFERED="1"),
             )
         for name, process in started.items():

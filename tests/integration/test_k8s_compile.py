@@ -11,6 +11,7 @@ import yaml
 
 from pipelines import cli
 from pipelines.config import load_config
+from tests.conftest import RUN_DIR
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -273,7 +274,7 @@ def test_a_malformed_tf_config_is_one_line_and_exit_2_in_the_pod(compiled, tmp_p
     ir_path.write_text(_ir_json(ir))
     result = subprocess.run(
         [sys.executable, "-m", "pipelines.node_entrypoint", "--ir", str(ir_path),
-         "--node", "Trainer"], cwd=REPO, capture_output=True, text=True, timeout=120,
+         "--node", "Trainer"], cwd=RUN_DIR, capture_output=True, text=True, timeout=120,
         env={**os.environ, "TF_CONFIG": tf_config})
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()

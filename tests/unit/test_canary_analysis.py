@@ -18,7 +18,7 @@ UNIFORM = {str(k): 30.0 for k in range(10)}
 
 
 @pytest.mark.parametrize("override, named", [
-    ("serving.analysis.prometheus_url=", "'serving.analysis.prometheus_url'"),
+    ('serving.analysis.prometheus_url=""', "'serving.analysis.prometheus_url'"),
     ("serving.analysis.prometheus_url=' '", "must be Prometheus' http(s) URL"),
     ("serving.analysis.prometheus_url=prometheus:9090", "Received: 'prometheus:9090'"),
     ("serving.analysis.steps=[]", "at least one canary weight"),

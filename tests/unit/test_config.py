@@ -2,7 +2,8 @@
 
 import pytest
 
-from pipelines.config import Config, ConfigError, load_config, parse_override
+from components.core.config import Config, names_for_data
+from pipelines.config import ConfigError, load_config, parse_override
 
 
 def test_defaults_match_the_shipped_local_yaml():
@@ -65,7 +66,10 @@ def test_trainer_custom_config_is_plain_json():
 @pytest.mark.parametrize("override, named", [
     ("trainer.epochs=true", "'trainer.epochs': Input should be a valid integer"),
     ("trainer.batch_size=\"32\"", "'trainer.batch_size'"),
-    ("data.source=", "an empty value would ingest the current folder"),
+    ("data.source=", "--set data.source= has no value"),
+    ('data.source=""', "an empty value would ingest the current folder"),
+    ("pusher.model_name=  ", "has no value; give one"),
+    ('pipeline.name=""', "'pipeline.name': String should match pattern"),
     ("data.image_size=[100000, 64]", "image_size sides must be at most 8192"),
     ("model.params.dropuot=0.3", "Unknown parameter(s) for model 'seed_cnn'"),
     ("model.params.dropout=high", "'dropout' of model 'seed_cnn' must be a float"),
@@ -93,3 +97,42 @@ def test_non_utf8_config_file_is_one_line_naming_it(tmp_path):
         load_config(path)
     assert str(caught.value) == (f"cannot read config file {path}: not UTF-8 text "
                                  "(byte 0xe9 at offset 27)")
+
+
+@pytest.mark.parametrize("source, names", [
+    ("builtin:digits", ("mptfx-digits", "digits")),
+    ("synthetic:volumes", ("mptfx-volumes", "volumes")),
+    ("/data/flowers", ("flowers", "flowers")),
+    ("/data/flowers/", ("flowers", "flowers")),
+    ("relative/My Photos (2024)", ("My-Photos-2024", "My-Photos-2024")),
+    ("/drops/drop-{SPAN}", ("drop", "drop")),
+    ("/data/" + "x" * 80, ("x" * 63, "x" * 63)),
+    ("/", None),
+])
+def test_names_for_data_are_valid_experiment_model_and_label_names(source, names):
+    assert names_for_data(source) == names
+    if names:
+        Config.model_validate({"pipeline": {"name": names[0]},
+                               "pusher": {"model_name": names[1]}})  # valid everywhere
+
+
+def test_a_run_on_a_folder_is_named_after_it_unless_the_config_names_it():
+    flowers = load_config("configs/local.yaml", data="/data/flowers")
+    assert (flowers.pipeline.name, flowers.pusher.model_name) == ("flowers", "flowers")
+    assert flowers.named_after == "/data/flowers"
+    source = load_config("configs/local.yaml", ["data.source=/data/cats"])
+    assert (source.pipeline.name, source.pusher.model_name) == ("cats", "cats")
+    given = load_config("configs/local.yaml", ["pusher.model_name=petals"], data="/data/flowers")
+    assert (given.pipeline.name, given.pusher.model_name) == ("flowers", "petals")
+    both = load_config("configs/local.yaml", ["pipeline.name=p", "pusher.model_name=m"],
+                       data="/data/flowers")
+    assert (both.pipeline.name, both.pusher.model_name, both.named_after) == ("p", "m", None)
+    assert load_config("configs/local.yaml").pusher.model_name == "digits"
+    with pytest.raises(ConfigError, match="cannot name the pipeline after the data folder /"):
+        load_config("configs/local.yaml", data="/")
+
+
+def test_an_empty_config_path_is_an_error_not_the_default():
+    for empty in ("", "  "):
+        with pytest.raises(ConfigError, match="^--config is empty"):
+            load_config(empty)

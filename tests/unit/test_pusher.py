@@ -8,7 +8,8 @@ import time
 import pytest
 import tensorflow as tf
 
-from components.pusher.publish import PublishError, existing_versions, publish_version
+from components.core.publish import existing_versions
+from components.pusher.publish import PublishError, publish_version
 
 
 @pytest.fixture(scope="module")

@@ -10,11 +10,11 @@ import threading
 
 import pytest
 
+from components.core.config import TrackingSection
 from components.errors import UsageError
 from components.tracking import compare, content, registry, store
 from components.tracking.model_card import render_model_card
 from pipelines import sweep
-from pipelines.config import TrackingSection
 from tests.ports import free_port
 from tests.run_summaries import fake_summary
 
