@@ -131,7 +131,7 @@ def run_rollout_command(args: argparse.Namespace, config: Config, target: Any,
                              say=lambda line: print(line, flush=True))
     except rollout.RolloutRefused as error:
         raise UsageError(f"serve rollout: {error}; nothing changed") from None
-    print(f"  route: {route_path}", flush=True)
+    print(f"  rendered HTTPRoute: {route_path}", flush=True)
     if report.outcome == PROMOTED:
         print(outcome_line(report), flush=True)
     else:

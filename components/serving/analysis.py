@@ -53,8 +53,9 @@ class Queries:
     window: str
 
     def targets_up(self, track: str) -> str:
-        """How many scrape targets of `track` answered their last scrape."""
-        return f'count(up{{{TRACK_LABEL}="{track}"}} == 1)'
+        """How many scrape targets of `track` answered a scrape during the window (one slow
+        scrape of a busy pod does not make it absent)."""
+        return (f'count(max_over_time(up{{{TRACK_LABEL}="{track}"}}[{self.window}]) == 1)')
 
     def successful_predicts(self, track: str) -> str:
         selector = _selector(self.model_name, track, f'API=~"{PREDICT_APIS}"')
@@ -178,8 +179,10 @@ class Verdict:
 def judge(check: Check, settings: AnalysisSection) -> Verdict:
     """Fail on errors, latency or shifted predictions; inconclusive without enough traffic."""
     if check.canary_targets == 0:
-        return Verdict(INCONCLUSIVE, (f"no canary target is up in Prometheus (no series "
-                                      f'up{{{TRACK_LABEL}="{CANARY_TRACK}"}} == 1)',))
+        return Verdict(INCONCLUSIVE, (f"no canary target is up in Prometheus (no "
+                                      f'up{{{TRACK_LABEL}="{CANARY_TRACK}"}} == 1 in '
+                                      f"{check.window}; is the canary Deployment scaled "
+                                      f"to 0?)",))
     if check.requests < settings.min_requests:
         return Verdict(INCONCLUSIVE, (f"{check.requests:.0f} canary requests in "
                                       f"{check.window} < serving.analysis.min_requests "

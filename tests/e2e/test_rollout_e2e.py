@@ -317,6 +317,19 @@ def test_a_canary_whose_predictions_collapse_to_one_class_is_aborted_naming_the_
     assert aliases(workspace) == {"champion": 1}
 
 
+def test_a_slow_canary_is_aborted_on_tf_servings_p99_latency(workspace, tracks):
+    doubles, sidecars, prometheus = tracks
+    before = canary_push_state(workspace, doubles)
+    doubles["canary"].handler.extra_latency_ms[2] = 1500
+    with Gateway(workspace / "k8s" / "serving-route.yaml", sidecars, REQUESTS_PER_SECOND):
+        result = rollout(workspace, prometheus.url, max_p99_latency_ms="1000")
+    assert result.returncode == 1, result.stdout + result.stderr
+    [line] = result.stderr.strip().splitlines()
+    latency = float(re.search(r"p99 latency ([0-9]+) ms > 1000 ms", line)[1])
+    assert latency >= 1500, line  # TF Serving's histogram, read back through Prometheus
+    assert labels(workspace) == without_canary(before)
+
+
 def test_without_traffic_the_rollout_is_inconclusive_and_promotes_nothing(workspace, tracks):
     doubles, _, prometheus = tracks
     before = canary_push_state(workspace, doubles)
