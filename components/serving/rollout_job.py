@@ -9,8 +9,10 @@ again from the first step; a rollout that gave up for lack of traffic (exit 3) k
 canary's label, so the next one judges it again. With no canary it exits 0 at once
 (`--if-canary`); `concurrencyPolicy: Forbid` keeps one rollout at a time.
 
-The pod patches the HTTPRoute (its Role may get and patch that one HTTPRoute, nothing
-else), writes models.config on the workspace volume, and records in the cluster's MLflow.
+It reads the cluster's configuration (the ConfigMap mptfx-config, which names the
+cluster's Prometheus in serving.analysis.prometheus_url). The pod patches the HTTPRoute (its
+Role may get and patch that one HTTPRoute, nothing else), writes models.config on the
+workspace volume, and records in the cluster's MLflow.
 
     objects = rollout_objects(config)   # ServiceAccount, Role, RoleBinding, CronJob
 """
@@ -62,8 +64,6 @@ def _container(config: Config) -> dict[str, Any]:
         "imagePullPolicy": "Always",
         "command": ["mptfx", "serve", "rollout", "--if-canary", "--in-cluster",
                     "--workspace", k8s.workspace, "--config", CONFIG_FILE],
-        "args": ["--set", "serving.analysis.prometheus_url="
-                 + config.serving.analysis.prometheus_url],
         "env": env,
         "resources": {"requests": {"cpu": "100m", "memory": "512Mi",
                                    "ephemeral-storage": "64Mi"},

@@ -204,11 +204,18 @@ def test_the_rollout_cronjob_judges_canaries_with_the_least_rights(rendered):
     job = cron["jobTemplate"]["spec"]
     assert job["backoffLimit"] == 0 and job["activeDeadlineSeconds"] > 3600
     [container] = job["template"]["spec"]["containers"]
-    args = cli.build_parser().parse_args(container["command"][1:] + container["args"])
+    args = cli.build_parser().parse_args(container["command"][1:])
     assert (args.command, args.serve_command, args.if_canary, args.in_cluster) == (
         "serve", "rollout", True, True)
-    config = load_config(None, args.set)
-    assert config.serving.analysis.prometheus_url.startswith("http://")
+    assert args.workspace == "/mnt/mptfx" and args.config == "/etc/mptfx/config.yaml"
+    assert {"name": "config", "configMap": {"name": "mptfx-config"}} in \
+        job["template"]["spec"]["volumes"]
+    for name in ["base", *OVERLAYS]:  # the cluster's config names the cluster's Prometheus
+        text = _by_kind(rendered[name], "ConfigMap")["mptfx-config"]["data"]["config.yaml"]
+        path = rendered["_dir"] / f"{name}-rollout-config.yaml"
+        path.write_text(text)
+        assert load_config(path).serving.analysis.prometheus_url == \
+            "http://prometheus-operated.monitoring.svc:9090"
     role = _by_kind(objects, "Role")["mptfx-serving-rollout"]
     assert role["rules"] == [{"apiGroups": ["gateway.networking.k8s.io"],
                               "resources": ["httproutes"], "resourceNames": ["mptfx-serving"],
