@@ -51,8 +51,9 @@ IMAGE_FIRST = if bash scripts/build_image.sh $(IMAGE); then export MPTFX_IMAGE_B
 # pipeline runs a module shares are made once).
 PARALLEL ?= -n auto --dist loadfile
 
+# Every tier but the fault runs; the image builds beside the other tiers (scripts/run_tests.sh).
 test: setup tools services
-	@$(IMAGE_FIRST) $(VENV)/bin/pytest $(PARALLEL) -m "not faults" $(PYTEST_ARGS)
+	@PARALLEL="$(PARALLEL)" VENV=$(VENV) bash scripts/run_tests.sh $(IMAGE) -m "not faults" $(PYTEST_ARGS)
 
 # The fault-injection runs (tests/e2e/test_reliability_e2e.py): twelve pipeline runs.
 test-faults: setup services

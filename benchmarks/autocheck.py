@@ -32,7 +32,7 @@ def auto_choice(model_name: str, input_shape: Sequence[int], batch_size: int,
     from benchmarks.training import synthetic_batch
     from components.trainer import autotune
     from components.trainer import module as trainer_module
-    from components.trainer.optimizer import LossScaleSettings
+    from components.trainer.config import LossScaleSection
     from components.trainer.precision import static_auto_choice
     from models import model_task
 
@@ -45,7 +45,7 @@ def auto_choice(model_name: str, input_shape: Sequence[int], batch_size: int,
         model = trainer_module.build_training_model(
             model_name, {}, tuple(input_shape), num_classes, cell.precision)
         trainer_module.compile_training_model(
-            model, model_task(model_name), 1e-3, cell.precision, LossScaleSettings(), 1,
+            model, model_task(model_name), 1e-3, cell.precision, LossScaleSection(), 1,
             cell.xla)
         model.make_train_function()
         models[cell] = model

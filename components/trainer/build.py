@@ -8,7 +8,7 @@ model that would train.
     with strategy.scope():
         model = build_training_model("seed_cnn", {}, (16, 16, 1), 10, "mixed_bfloat16")
         compile_training_model(model, "classification", 1e-3, "mixed_bfloat16",
-                               LossScaleSettings(), grad_accum_steps=1, xla=False)
+                               LossScaleSection(), grad_accum_steps=1, xla=False)
 """
 
 from __future__ import annotations
@@ -19,8 +19,9 @@ from typing import Any
 import keras
 from absl import logging
 
+from components.trainer.config import LossScaleSection
 from components.trainer.lint import check_mixed_precision
-from components.trainer.optimizer import LossScaleSettings, build_optimizer
+from components.trainer.optimizer import build_optimizer
 from components.trainer.precision import (
     apply_recurrent_precision,
     find_recurrent_layers,
@@ -64,7 +65,7 @@ def compile_training_model(
     task: str,
     learning_rate: float,
     policy: str,
-    loss_scale: LossScaleSettings,
+    loss_scale: LossScaleSection,
     grad_accum_steps: int,
     xla: bool,
 ) -> None:

@@ -34,7 +34,6 @@ from components.trainer.callbacks import (
     TrainingStatsCallback,
 )
 from components.trainer.config import TrainerSection
-from components.trainer.optimizer import LossScaleSettings
 from components.trainer.runtime import Runtime, Task
 from components.trainer.warm_start import warm_start_weights, weights_checksum
 
@@ -120,7 +119,7 @@ def fit_model(
             if probed_model is None:
                 compile_training_model(
                     model, task.name, runtime.learning_rate, runtime.policy,
-                    LossScaleSettings(**trainer.loss_scale.model_dump()),
+                    trainer.loss_scale,
                     trainer.grad_accum_steps, runtime.xla,
                 )
         callbacks = [

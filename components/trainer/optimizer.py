@@ -14,70 +14,21 @@ memory of one (Keras' `gradient_accumulation_steps`).
 
 Example:
 
-    optimizer = build_optimizer(1e-3, "mixed_float16", LossScaleSettings(), grad_accum_steps=4)
+    optimizer = build_optimizer(1e-3, "mixed_float16", LossScaleSection(), grad_accum_steps=4)
     model.compile(optimizer=optimizer, auto_scale_loss=False, ...)
 """
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Mapping
-from typing import Any
-
 import keras
 
 from components.trainer.config import LossScaleSection
-
-# The defaults of `trainer.loss_scale` (one table: the config schema's).
-DEFAULT_INITIAL_SCALE = LossScaleSection.model_fields["initial"].default
-DEFAULT_GROWTH_STEPS = LossScaleSection.model_fields["growth_steps"].default
-
-
-@dataclasses.dataclass(frozen=True)
-class LossScaleSettings:
-    """How the loss is scaled under mixed_float16.
-
-    Attributes:
-        dynamic: adapt the scale (skip overflowing steps) or keep `initial` fixed.
-        initial: the starting (or fixed) loss scale, > 0.
-        growth_steps: finite steps after which a dynamic scale doubles, >= 1.
-    """
-
-    dynamic: bool = True
-    initial: float = DEFAULT_INITIAL_SCALE
-    growth_steps: int = DEFAULT_GROWTH_STEPS
-
-    def __post_init__(self) -> None:
-        if not self.initial > 0:
-            raise ValueError(
-                f"loss_scale.initial must be positive. Received: initial={self.initial}"
-            )
-        if int(self.growth_steps) < 1:
-            raise ValueError(
-                f"loss_scale.growth_steps must be >= 1. Received: growth_steps={self.growth_steps}"
-            )
-
-    @classmethod
-    def from_config(cls, config: Mapping[str, Any] | None) -> LossScaleSettings:
-        """From `trainer.loss_scale` ({"dynamic", "initial", "growth_steps"}, all optional)."""
-        config = dict(config or {})
-        unknown = sorted(set(config) - {"dynamic", "initial", "growth_steps"})
-        if unknown:
-            raise ValueError(
-                f"Unknown trainer.loss_scale key(s). Received: {unknown}; "
-                "expected dynamic, initial, growth_steps"
-            )
-        return cls(
-            dynamic=bool(config.get("dynamic", True)),
-            initial=float(config.get("initial", DEFAULT_INITIAL_SCALE)),
-            growth_steps=int(config.get("growth_steps", DEFAULT_GROWTH_STEPS)),
-        )
 
 
 def build_optimizer(
     learning_rate: float,
     policy_name: str,
-    loss_scale: LossScaleSettings | None = None,
+    loss_scale: LossScaleSection | None = None,
     grad_accum_steps: int = 1,
 ) -> keras.optimizers.Optimizer:
     """Returns Adam, wrapped for loss scaling when `policy_name` is mixed_float16.
@@ -97,7 +48,7 @@ def build_optimizer(
         raise ValueError(
             f"trainer.grad_accum_steps must be >= 1. Received: grad_accum_steps={grad_accum_steps}"
         )
-    loss_scale = loss_scale or LossScaleSettings()
+    loss_scale = loss_scale or LossScaleSection()
     accumulate = int(grad_accum_steps) if int(grad_accum_steps) > 1 else None
     if policy_name == "mixed_float16" and not loss_scale.dynamic:
         return keras.optimizers.Adam(

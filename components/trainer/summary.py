@@ -18,9 +18,9 @@ import keras
 import tensorflow as tf
 
 from components import pod_env
-from components.trainer.config import TrainerConfig
+from components.trainer.config import LossScaleSection, TrainerConfig
 from components.trainer.fit import FitResult
-from components.trainer.optimizer import LossScaleSettings, current_loss_scale
+from components.trainer.optimizer import current_loss_scale
 from components.trainer.precision import find_recurrent_layers
 from components.trainer.runtime import Runtime, Task
 
@@ -117,8 +117,7 @@ class TrainingSummary:
             xla_reason=runtime.xla_reason,
             grad_accum_steps=trainer.grad_accum_steps,
             effective_batch_size=runtime.global_batch_size * trainer.grad_accum_steps,
-            loss_scale=_loss_scale_summary(fitted.model, runtime.policy, LossScaleSettings(
-                **trainer.loss_scale.model_dump())),
+            loss_scale=_loss_scale_summary(fitted.model, runtime.policy, trainer.loss_scale),
             skipped_steps=int(sum(v or 0 for v in history.get("skipped_steps", []))),
             lint="passed",
             # Read from the trained layers: what each recurrent layer really computed in.
@@ -165,7 +164,7 @@ class TrainingSummary:
 
 
 def _loss_scale_summary(
-    model: keras.Model, policy: str, settings: LossScaleSettings
+    model: keras.Model, policy: str, settings: LossScaleSection
 ) -> dict[str, Any] | None:
     if policy != "mixed_float16":
         return None

@@ -18,7 +18,6 @@ from components.trainer import batch_size as batch_lib
 from components.trainer import data as data_lib
 from components.trainer.build import build_training_model, compile_training_model
 from components.trainer.config import TrainerSection
-from components.trainer.optimizer import LossScaleSettings
 from components.trainer.precision import describe_devices
 from components.trainer.runtime import Runtime, Task
 from models import build_model
@@ -37,7 +36,7 @@ def tune_runtime(
     on_gpu = any(d.kind == "GPU" for d in devices)
     multi_worker = runtime.multi_worker
     batch_auto = trainer.batch_size == "auto"
-    loss_scale = LossScaleSettings(**trainer.loss_scale.model_dump())
+    loss_scale = trainer.loss_scale
     name, params = task.model_name, task.model_params
     batches_by_precision: dict[str, dict[str, Any]] = {}
     built: dict[autotune_lib.Cell, tuple[keras.Model, list, list]] = {}

@@ -187,6 +187,13 @@ def test_multi_worker_needs_a_strategy_that_can_use_it(capsys):
                            "auto or multi_worker. Received: trainer.strategy=mirrored")
 
 
+@pytest.fixture(autouse=True)
+def _outside_the_checkout(monkeypatch, tmp_path):
+    """The commands run here in-process, as a user runs them in a folder of their own: a
+    driver outside the cluster records its run in ./workspace (MLflow's store)."""
+    monkeypatch.chdir(tmp_path)
+
+
 def _fake_cluster(monkeypatch, **script):
     from pipelines import k8s_commands
     from tests.k8s_double import ScriptedCluster

@@ -21,7 +21,7 @@ import pytest
 import tensorflow as tf
 
 from components.trainer import module
-from components.trainer.optimizer import LossScaleSettings
+from components.trainer.config import LossScaleSection
 from tests.ports import free_port
 from tests.trainer_testdata import fn_args_dict, write_digits_examples
 
@@ -157,7 +157,7 @@ def _seed_cnn(grad_accum_steps: int) -> keras.Model:
     # Dropout would draw different masks for the two batchings: leave it out.
     model = module.build_training_model("seed_cnn", {"dropout": 0.0}, (8, 8, 1), 10, "float32")
     module.compile_training_model(
-        model, "classification", 1e-3, "float32", LossScaleSettings(), grad_accum_steps,
+        model, "classification", 1e-3, "float32", LossScaleSection(), grad_accum_steps,
         xla=False,
     )
     return model

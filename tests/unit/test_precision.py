@@ -15,9 +15,9 @@ from components.trainer.callbacks import (
     TrainingDivergedError,
     TrainingStatsCallback,
 )
+from components.trainer.config import LossScaleSection
 from components.trainer.lint import MixedPrecisionLintError, check_mixed_precision
 from components.trainer.optimizer import (
-    LossScaleSettings,
     build_optimizer,
     current_loss_scale,
 )
@@ -167,7 +167,7 @@ def test_inf_gradients_skip_the_step_and_halve_the_scale_which_grows_back(
 ):
     model = _float16_model()
     optimizer = build_optimizer(
-        1e-3, "mixed_float16", LossScaleSettings(initial=1024.0, growth_steps=3)
+        1e-3, "mixed_float16", LossScaleSection(initial=1024.0, growth_steps=3)
     )
     variables = model.trainable_variables
     optimizer.build(variables)
@@ -190,7 +190,7 @@ def test_inf_gradients_skip_the_step_and_halve_the_scale_which_grows_back(
 
 def test_a_fixed_loss_scale_never_changes_and_skips_nothing(restore_dtype_policy):
     model = _float16_model()
-    optimizer = build_optimizer(1e-3, "mixed_float16", LossScaleSettings(dynamic=False,
+    optimizer = build_optimizer(1e-3, "mixed_float16", LossScaleSection(dynamic=False,
                                                                           initial=128.0))
     assert current_loss_scale(optimizer) == 128.0
     assert not isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
@@ -204,7 +204,7 @@ def _compiled_float16_model(initial_scale: float) -> keras.Model:
     model = _float16_model()
     module.compile_training_model(
         model, "classification", 1e-3, "mixed_float16",
-        LossScaleSettings(initial=initial_scale), grad_accum_steps=1, xla=False,
+        LossScaleSection(initial=initial_scale), grad_accum_steps=1, xla=False,
     )
     return model
 
