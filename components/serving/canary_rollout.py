@@ -173,12 +173,13 @@ def _hold_step(target, settings, prometheus, recorder, say, sleep, clock, report
 def _finish(target, registry, recorder, say, set_weight, report: RolloutReport,
             verdict: Verdict, seconds: float) -> RolloutReport:
     """Route first (weight 0: every predict request to the stable label), then labels."""
+    set_weight(0)  # safe whatever happened: every predict request to the stable label
     current = target.labels()
     if current.canary != report.canary:
         raise rollout.RolloutRefused(
             f"models.config changed during the rollout (canary is now {current.canary}, was "
-            f"{report.canary}); nothing more was changed")
-    set_weight(0)
+            f"{report.canary}); the route sends nothing to the canary label, and no label "
+            f"or alias was changed")
     report.weight = 0
     report.seconds = round(seconds, 1)
     if verdict.outcome == PASSED:
