@@ -133,6 +133,17 @@ class MlflowSection(_OpenSection):
     error: str | None = None
 
 
+class TriggerSection(_Section):
+    """Why the run was started, when a command other than the data's arrival decided it:
+    `mptfx monitor --retrain-on-drift` sets kind `drift`, the features that moved, the
+    served versions they moved in and the monitor's report."""
+
+    kind: str | None = None
+    features: list[str] | None = None
+    versions: list[int] | None = None
+    report: str | None = None
+
+
 class RunSummary(_Section):
     status: str
     run_id: str
@@ -155,6 +166,7 @@ class RunSummary(_Section):
     # variant -> its report; "skipped" -> why no variant was converted
     tflite: dict[str, TFLiteVariant | str] = Field(default_factory=dict)
     schema_frozen: str | None = None       # retrain froze this run's schema
+    trigger: TriggerSection = Field(default_factory=TriggerSection)  # {}: new data or by hand
     wall_seconds: float | None = None
     mlflow: MlflowSection = Field(default_factory=MlflowSection)  # set by tracking
 

@@ -42,11 +42,13 @@ LOG_FILE = "pipeline.log"
 @dataclass
 class RunPlan:
     """What a command adds to a plain run: a reason to skip it before any component runs,
-    a schema to validate against, and a step after the summary is built."""
+    a schema to validate against, a step after the summary is built, and why the run was
+    started (summary.json's `trigger`, e.g. `{"kind": "drift", "features": [...]}`)."""
 
     skip_reason: str | None = None
     schema_file: str = ""
     after_run: Callable[[RunSummary], None] | None = None
+    trigger: dict[str, Any] | None = None
 
 
 # (config, workspace, data selection) -> the plan; pipelines/retrain.py `plan_retrain`.
@@ -194,6 +196,8 @@ def _run(
         # Redacted: summary.json, MLflow params and the model card all copy this.
         "config": redact_tree(config.model_dump()),
     }
+    if plan.trigger:
+        base["trigger"] = plan.trigger
     if plan.skip_reason:
         print(f"mptfx {command} {run_id}: {plan.skip_reason}; nothing to do", file=out)
         summary = RunSummary.parse({

@@ -212,11 +212,12 @@ def _command_submit(args: argparse.Namespace) -> int:
 def drive_run(config: Config, run_id: str, clients: tuple[Any, Any, Any], *, in_cluster: bool,
               resume: bool = False, data_arg: str | None = None, data: Any = None,
               schema_file: str = "", log_dir: str | None = None, follow_logs: bool = False,
-              after_run: Any = None) -> int:
+              after_run: Any = None, trigger: dict[str, Any] | None = None) -> int:
     """Compile (or, resuming, reload) the run's IR, run its nodes as Jobs, record it in MLflow.
 
     The caller holds the cluster run lock. `data` (a DataSelection) and `schema_file` come
-    from `mptfx retrain`; `after_run(summary)` runs once the run succeeded and was recorded.
+    from `mptfx retrain`; `after_run(summary)` runs once the run succeeded and was recorded;
+    `trigger` (from `mptfx monitor --retrain-on-drift`) is recorded as summary.json's.
     Returns the exit code.
     """
     from pipelines.console import library_output_to
@@ -254,7 +255,7 @@ def drive_run(config: Config, run_id: str, clients: tuple[Any, Any, Any], *, in_
                   f"mptfx k8s submit --resume {run_id}", file=out)
             return EXIT_INTERRUPTED
         _print_report(report, out)
-        summary = record_run(config, ir, report, logs, workspace_root, out)
+        summary = record_run(config, ir, report, logs, workspace_root, out, trigger=trigger)
         if after_run is not None and report.succeeded and summary:
             after_run(summary)
     if not report.succeeded:

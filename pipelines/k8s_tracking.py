@@ -28,7 +28,8 @@ ORCHESTRATOR = "kubernetes"
 
 
 def record_run(
-    config: Config, ir: Any, report: Any, log_dir: Path, workspace_root: Path, out: TextIO
+    config: Config, ir: Any, report: Any, log_dir: Path, workspace_root: Path, out: TextIO,
+    trigger: dict[str, Any] | None = None,
 ) -> RunSummary | None:
     """Builds the run's summary from ML Metadata and records it in MLflow.
 
@@ -41,6 +42,7 @@ def record_run(
         workspace_root: where the default tracking store lives: `kubernetes.workspace` for
             a driver in the cluster, the local workspace for one outside it.
         out: where the one-line messages go.
+        trigger: why the run was started (summary.json's `trigger`), e.g. by drift.
 
     Returns:
         the run's summary (with an `mlflow` section when it was recorded), or None when
@@ -72,6 +74,8 @@ def record_run(
         "config": config.model_dump(),
         "wall_seconds": round(sum(s or 0.0 for s in timings.values()), 2),
     }
+    if trigger:
+        base["trigger"] = trigger
     if not report.succeeded:
         failed = report.failed_nodes
         base["failed_component"] = failed[0] if failed else None

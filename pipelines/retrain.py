@@ -22,6 +22,7 @@ import os
 import shutil
 import signal
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -82,24 +83,21 @@ def trained_inputs(metadata: str | Any, pipeline_name: str) -> list[dict[str, An
     return found
 
 
-def plan_retrain(config: Config, workspace: Any, data: Any, metadata: Any = None) -> Any:
+def plan_retrain(config: Config, workspace: Any, data: Any, metadata: Any = None,
+                 require_new_data: bool = True) -> Any:
     """Skip when nothing new arrived; otherwise validate against the frozen schema.
 
     `metadata`: where the trained spans are recorded (see `trained_inputs`); default the
-    workspace's own sqlite file.
+    workspace's own sqlite file. `require_new_data=False` retrains on data already trained
+    on (`monitor.retrain_without_new_data`).
     """
-    from components.ingest.listing import compute_input_fingerprint
     from pipelines.api import RunPlan
 
-    trained = trained_inputs(metadata or str(workspace.metadata_path), config.pipeline.name)
-    if data.spans and trained:
-        newest_trained = max(item["span"] for item in trained)
-        if data.span <= newest_trained:
-            return RunPlan(skip_reason=f"no new data since span {newest_trained}")
-    elif trained:
-        fingerprint = compute_input_fingerprint(data.root)
-        if any(item["input_fingerprint"] == fingerprint for item in trained):
-            return RunPlan(skip_reason=f"no new data in {data.root} since the last training")
+    if require_new_data:
+        trained = trained_inputs(metadata or str(workspace.metadata_path), config.pipeline.name)
+        nothing_new = _nothing_new(data, trained)
+        if nothing_new:
+            return RunPlan(skip_reason=nothing_new)
 
     frozen = frozen_schema_path(workspace, config.pipeline.name)
     schema_file = config.data.schema_file or (str(frozen) if frozen.exists() else "")
@@ -115,25 +113,75 @@ def plan_retrain(config: Config, workspace: Any, data: Any, metadata: Any = None
     return RunPlan(schema_file=schema_file, after_run=freeze_first_schema)
 
 
-def _command_retrain(args: argparse.Namespace) -> int:
+@dataclass
+class RetrainOutcome:
+    """What `start_retrain` did: its exit code, and why it did not train (None: it ran)."""
+
+    code: int
+    skipped: str | None = None
+
+
+class _TriggeredPlanner:
+    """plan_retrain, recording why the run starts (`trigger`) and what it decided."""
+
+    def __init__(self, trigger: dict[str, Any] | None, same_data: bool,
+                 metadata: Any = None) -> None:
+        self.trigger, self.same_data, self.metadata = trigger, same_data, metadata
+        self.skipped: str | None = None
+
+    def __call__(self, config: Any, workspace: Any, data: Any) -> Any:
+        plan = plan_retrain(config, workspace, data, metadata=self.metadata,
+                            require_new_data=not self.same_data)
+        plan.trigger = self.trigger
+        self.skipped = plan.skip_reason
+        return plan
+
+
+def start_retrain(args: argparse.Namespace, trigger: dict[str, Any] | None = None,
+                  same_data: bool = False) -> RetrainOutcome:
+    """The retraining `mptfx retrain` starts (local, or `--runner kubernetes`), recording
+    `trigger` (why it started) in summary.json and MLflow; `same_data` trains even when no
+    new data arrived. `args` carries retrain's options (see `add_retrain_options`)."""
     from pipelines.locking import LockHeartbeat
     from pipelines.run_command import command_run
 
+    planner = _TriggeredPlanner(trigger, same_data)
     if args.runner == "kubernetes":
-        return _retrain_on_kubernetes(args)
+        return _retrain_on_kubernetes(args, planner)
     workspace_root = Path(args.workspace).resolve()
     with _run_lock(args, workspace_root) as lock:
         if not lock.acquired:
             print(f"mptfx retrain: already running ({lock.describe_holder()}); nothing to do",
                   file=sys.stderr if args.json else sys.stdout)
-            return EXIT_OK
+            return RetrainOutcome(EXIT_OK, f"already running ({lock.describe_holder()})")
         if lock.took_over:
             print(f"mptfx retrain: took over the lock of a run that did not finish "
                   f"({lock.describe_holder()})", file=sys.stderr)
         if args.lock != "database":
-            return command_run(args, planner=plan_retrain)
-        with LockHeartbeat(lock, HEARTBEAT_SECONDS, _stop_run_lock_lost):
-            return command_run(args, planner=plan_retrain)
+            code = command_run(args, planner=planner)
+        else:
+            with LockHeartbeat(lock, HEARTBEAT_SECONDS, _stop_run_lock_lost):
+                code = command_run(args, planner=planner)
+    return RetrainOutcome(code, planner.skipped)
+
+
+def _nothing_new(data: Any, trained: list[dict[str, Any]]) -> str | None:
+    """Why `data` holds nothing the Trainer has not trained on, or None when it does."""
+    from components.ingest.listing import compute_input_fingerprint
+
+    if data.spans and trained:
+        newest_trained = max(item["span"] for item in trained)
+        if data.span <= newest_trained:
+            return f"no new data since span {newest_trained}"
+    elif trained:
+        fingerprint = compute_input_fingerprint(data.root)
+        if any(item["input_fingerprint"] == fingerprint for item in trained):
+            return f"no new data in {data.root} since the last training"
+    return None
+
+
+def _command_retrain(args: argparse.Namespace) -> int:
+    return start_retrain(args).code
 
 
 # How often a database lock's session is checked; a lost session stops the run.
@@ -153,7 +201,8 @@ def _say_already_running(args: argparse.Namespace, lock: Any) -> None:
           file=sys.stderr if args.json else sys.stdout)
 
 
-def _retrain_on_kubernetes(args: argparse.Namespace) -> int:
+def _retrain_on_kubernetes(args: argparse.Namespace,
+                           planner: _TriggeredPlanner) -> RetrainOutcome:
     """One Job per node on the cluster, spans and no-op judged by the cluster's ML Metadata."""
     from pipelines.console import quiet_tensorflow
     from pipelines.data_source import resolve_data
@@ -174,17 +223,19 @@ def _retrain_on_kubernetes(args: argparse.Namespace) -> int:
     with cluster_run_lock(config) as lock:
         if not lock.acquired:
             _say_already_running(args, lock)
-            return EXIT_OK
+            return RetrainOutcome(EXIT_OK, f"already running ({lock.describe_holder()})")
         workspace = Workspace(Path(config.kubernetes.workspace))
         data = resolve_data(config, workspace, args.data)
-        plan = plan_retrain(config, workspace, data, metadata=_cluster_metadata(config))
+        planner.metadata = _cluster_metadata(config)
+        plan = planner(config, workspace, data)
         if plan.skip_reason:
             print(f"mptfx retrain {run_id}: {plan.skip_reason}; nothing to do")
-            return EXIT_OK
+            return RetrainOutcome(EXIT_OK, plan.skip_reason)
         clients = make_clients(args.in_cluster, args.context)
-        return drive_run(config, run_id, clients, in_cluster=args.in_cluster, data=data,
+        code = drive_run(config, run_id, clients, in_cluster=args.in_cluster, data=data,
                          schema_file=plan.schema_file, follow_logs=args.follow_logs,
-                         after_run=plan.after_run)
+                         after_run=plan.after_run, trigger=plan.trigger)
+        return RetrainOutcome(code)
 
 
 def _cluster_metadata(config: Config) -> Any:
@@ -229,6 +280,12 @@ def register(commands: Any) -> None:
     retrain = commands.add_parser(
         "retrain", help="retrain when new data arrived (for cron / a Kubernetes CronJob)")
     add_run_arguments(retrain)
+    add_retrain_options(retrain)
+    retrain.set_defaults(handler=_command_retrain)
+
+
+def add_retrain_options(retrain: argparse.ArgumentParser) -> None:
+    """The options of how a retraining runs (lock, runner), for retrain and monitor."""
     retrain.add_argument(
         "--lock", choices=("file", "database"),
         help="file: <workspace>/retrain.lock (default of the local runner, one machine); "
@@ -243,4 +300,3 @@ def register(commands: Any) -> None:
     retrain.add_argument("--context", help="--runner kubernetes: kubeconfig context")
     retrain.add_argument("--follow-logs", action="store_true",
                          help="--runner kubernetes: echo every pod's log here")
-    retrain.set_defaults(handler=_command_retrain)

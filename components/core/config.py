@@ -21,6 +21,9 @@ from typing import Any, Literal
 
 from pydantic import Field, PrivateAttr, ValidationInfo, field_validator
 
+# The monitor owns its sections (`serving.request_log`, `monitor`), as the Trainer its own.
+from components.monitor.config import MonitorSection, RequestLogSection
+
 # The canary analysis owns its section (components/serving/config.py), as the Trainer does.
 from components.serving.config import AnalysisSection
 
@@ -285,6 +288,8 @@ class ServingSection(_Section):
     max_error_rate: float = Field(0.01, gt=0, le=1)
     # `mptfx serve rollout`: the automatic canary analysis (components/serving/config.py).
     analysis: AnalysisSection = Field(default_factory=AnalysisSection)
+    # What the request logger in the serving pod keeps for `mptfx monitor`.
+    request_log: RequestLogSection = Field(default_factory=RequestLogSection)
 
 
 class Config(_Section):
@@ -300,6 +305,7 @@ class Config(_Section):
     tflite: TFLiteSection = Field(default_factory=TFLiteSection)
     tracking: TrackingSection = Field(default_factory=TrackingSection)
     serving: ServingSection = Field(default_factory=ServingSection)
+    monitor: MonitorSection = Field(default_factory=MonitorSection)
     kubernetes: KubernetesSection = Field(default_factory=KubernetesSection)
     # The data pipeline.name and pusher.model_name were named after, when the config file
     # and --set gave neither (pipelines/config.py load_config); None when they were given.

@@ -284,6 +284,10 @@ def run_tags(
         "tensorboard_logs": logs,
         "tensorboard_command": f"tensorboard --logdir {logs}" if logs else None,
         "mptfx.orchestrator": summary.orchestrator or "local",
+        # Why the run was started (mptfx monitor --retrain-on-drift: drift).
+        "mptfx.trigger": summary.trigger.kind,
+        "mptfx.trigger.features": ",".join(summary.trigger.features or []),
+        "mptfx.trigger.report": summary.trigger.report,
         "mlflow.source.name": ("mptfx k8s submit" if summary.orchestrator == "kubernetes"
                                else "mptfx run"),
     }

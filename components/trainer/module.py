@@ -13,7 +13,8 @@ ValueError naming it. The steps, top to bottom: resolve (runtime.py, tuning.py),
 (fit.py), export (export.py), summary (summary.py).
 
 Under MultiWorkerMirroredStrategy every worker runs `run_fn` with the same `fn_args`; only
-the chief writes the serving model, the Keras weights, TensorBoard logs and
+the chief writes the serving model (with the monitoring reference of a classifier, see
+components/monitor/reference.py), the Keras weights, TensorBoard logs and
 training_summary.json; the other workers write theirs to a scratch folder they delete.
 """
 
@@ -108,6 +109,8 @@ def train_and_export(fn_args: tfx.components.FnArgs) -> TrainingResult:
                        probed_model)
     final_weights_checksum = _export(fitted, task, outputs.serving_model_dir,
                                      config.export.serving_precision)
+    if chief and task.is_classification:
+        _write_monitoring_reference(fn_args, task, outputs.serving_model_dir)
     summary = TrainingSummary.of(config, runtime, task, fitted, tuning, final_weights_checksum,
                                  tf_config)
     summary.write(outputs.model_run_dir)
@@ -159,6 +162,20 @@ def _export(fitted: FitResult, task: Task, serving_model_dir: str,
         serving_precision,
     )
     return weights_checksum(float_model)
+
+
+def _write_monitoring_reference(fn_args: tfx.components.FnArgs, task: Task,
+                                serving_model_dir: str) -> None:
+    """The statistics `mptfx monitor` compares served traffic with, inside the SavedModel's
+    assets.extra so that every pushed version carries its own (components/monitor/)."""
+    from components.monitor.reference import write_reference
+
+    started = time.perf_counter()
+    info = write_reference(serving_model_dir, fn_args.train_files, fn_args.eval_files,
+                           task.label_names)
+    logging.info("Trainer: monitoring reference of %s eval and %s train images in %s (%.1f s)",
+                 info["images"]["eval"], info["images"]["train"], info["path"],
+                 time.perf_counter() - started)
 
 
 def run_fn(fn_args: tfx.components.FnArgs) -> None:

@@ -109,6 +109,26 @@ def test_the_driver_records_the_replayed_run_in_mlflow(replay, postgres, monkeyp
     assert f"mlflow: run {run.info.run_id}" in out.getvalue()
 
 
+def test_a_cluster_retraining_started_by_drift_says_trigger_drift(replay, postgres,
+                                                                    monkeypatch, tmp_path):
+    # What `mptfx monitor --retrain-on-drift --runner kubernetes` hands the driver.
+    from mlflow import MlflowClient
+
+    from pipelines.k8s_tracking import record_run
+
+    monkeypatch.setenv("MPTFX_MLMD_PASSWORD", postgres["password"])
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    trigger = {"kind": "drift", "features": ["brightness", "height"], "versions": [1],
+               "report": "/mnt/mptfx/monitor/20261202T020000Z/report.md"}
+    summary = record_run(replay["config"], replay["ir"], replay["report"], tmp_path / "log",
+                         tmp_path / "ws", io.StringIO(), trigger=trigger)
+    assert summary.trigger.to_dict() == trigger
+    store = f"sqlite:///{tmp_path / 'ws' / 'mlflow.db'}"
+    tags = MlflowClient(tracking_uri=store).get_run(summary.mlflow.run_id).data.tags
+    assert (tags["mptfx.trigger"], tags["mptfx.trigger.features"]) == ("drift",
+                                                                       "brightness,height")
+
+
 def test_an_unreadable_metadata_database_is_one_warning_not_a_failure(replay, monkeypatch,
                                                                      tmp_path):
     from pipelines.k8s_tracking import record_run

@@ -84,7 +84,8 @@ def test_base_holds_every_object_the_cluster_needs(rendered):
         ("Deployment", "mptfx-mlflow"), ("Service", "mptfx-mlflow"),
         ("Deployment", "mptfx-serving-gpu"), ("Deployment", "mptfx-serving-cpu"),
         ("Service", "mptfx-serving"), ("ConfigMap", "mptfx-serving-config"),
-        ("CronJob", "mptfx-retrain"), ("NetworkPolicy", "mptfx-postgres"),
+        ("CronJob", "mptfx-retrain"), ("CronJob", "mptfx-monitor"),
+        ("NetworkPolicy", "mptfx-postgres"),
         ("NetworkPolicy", "mptfx-mlflow"),
     ]:
         assert expected in kinds, expected
@@ -108,9 +109,9 @@ def test_the_runner_role_is_scoped_to_jobs_services_pods_and_logs(rendered):
 def test_every_container_is_locked_down_and_sized(rendered):
     for name, spec in _pod_specs(rendered["base"]):
         assert spec["securityContext"]["runAsNonRoot"] is True, name
-        # Only the retraining driver (as the driver account) and the canary rollout (which
-        # patches one HTTPRoute) talk to the API server.
-        accounts = {"mptfx-retrain": "mptfx-runner",
+        # Only the retraining drivers (retrain, monitor on drift; as the driver account) and
+        # the canary rollout (which patches one HTTPRoute) talk to the API server.
+        accounts = {"mptfx-retrain": "mptfx-runner", "mptfx-monitor": "mptfx-runner",
                     "mptfx-serving-rollout": "mptfx-serving-rollout"}
         assert spec["automountServiceAccountToken"] is (name in accounts), name
         if spec["automountServiceAccountToken"]:
@@ -254,6 +255,64 @@ def test_the_retraining_cronjob_drives_the_kubernetes_runner_without_a_gpu(rende
             "action": "FailJob",
             "onExitCodes": {"containerName": "retrain", "operator": "In", "values": [2]}}
         assert pod["restartPolicy"] == "Never"
+
+
+def test_the_monitor_cronjob_judges_a_day_and_retrains_on_the_clusters_runner(rendered):
+    from pipelines import cli
+
+    for name in ["base", *OVERLAYS]:
+        cron = _by_kind(rendered[name], "CronJob")["mptfx-monitor"]["spec"]
+        assert cron["concurrencyPolicy"] == "Forbid" and cron["timeZone"] == "Etc/UTC"
+        job = cron["jobTemplate"]["spec"]
+        pod = job["template"]["spec"]
+        [container] = pod["containers"]
+        args = cli.build_parser().parse_args(container["command"][1:] + container["args"])
+        assert (args.command, args.since, args.retrain_on_drift, args.runner,
+                args.in_cluster, args.workspace) == ("monitor", "24h", True, "kubernetes",
+                                                     True, "/mnt/mptfx")
+        assert args.set == [f"kubernetes.image={container['image']}"]  # the overlay's image
+        # 2 (usage) and 4 (drift, reported and acted on) fail the Job at once: the alert.
+        assert job["podFailurePolicy"]["rules"][0] == {
+            "action": "FailJob",
+            "onExitCodes": {"containerName": "monitor", "operator": "In", "values": [2, 4]}}
+        assert pod["serviceAccountName"] == "mptfx-runner"
+        env = {e["name"]: e for e in container["env"]}
+        assert env["MLFLOW_TRACKING_URI"]["value"] == _mlflow_url(rendered[name])
+        assert env["MPTFX_MLMD_PASSWORD"]["valueFrom"]["secretKeyRef"]["name"] == "mptfx-postgres"
+        assert {"name": "config", "configMap": {"name": "mptfx-config"}} in pod["volumes"]
+
+
+def test_every_serving_pods_rest_traffic_goes_through_its_request_logger(rendered, tmp_path):
+    from pipelines import cli
+
+    for name in ["base", *OVERLAYS]:
+        text = _by_kind(rendered[name], "ConfigMap")["mptfx-config"]["data"]["config.yaml"]
+        (tmp_path / f"{name}.yaml").write_text(text)
+        config = load_config(tmp_path / f"{name}.yaml")  # strict: a typo fails here
+        assert config.serving.request_log.sampling_rate == 0.05
+        services = [s for s in _by_kind(rendered[name], "Service").values()
+                    if s["spec"]["selector"] == {"app.kubernetes.io/name": "mptfx-serving"}]
+        assert len(services) == 3  # mptfx-serving, -stable, -canary
+        for deployment in ("mptfx-serving-gpu", "mptfx-serving-cpu"):
+            pod = _by_kind(rendered[name], "Deployment")[deployment]["spec"]["template"]["spec"]
+            containers = {c["name"]: c for c in pod["containers"]}
+            serving, logger = containers["tf-serving"], containers["request-logger"]
+            ports = {p["name"]: (c["name"], p["containerPort"])
+                     for c in pod["containers"] for p in c.get("ports", [])}
+            for service in services:
+                rest = [p for p in service["spec"]["ports"] if p["name"] == "rest"]
+                assert [ports[p["targetPort"]][0] for p in rest] == ["request-logger"]
+            args = cli.build_parser().parse_args(logger["command"][1:])
+            assert args.command == "request-logger" and args.port == ports["rest"][1]
+            assert args.upstream == f"http://127.0.0.1:{ports['tf-rest'][1]}"
+            assert (args.workspace, args.config) == ("/mnt/mptfx", "/etc/mptfx/config.yaml")
+            assert serving["readinessProbe"]["httpGet"]["port"] == "tf-rest"
+            mounts = {m["mountPath"]: m for m in serving["volumeMounts"]}
+            assert mounts["/mnt/mptfx"]["readOnly"] is True  # TF Serving only reads
+            assert "readOnly" not in {m["mountPath"]: m for m in logger["volumeMounts"]}[
+                "/mnt/mptfx"]  # the logger writes request_log/
+            assert logger["image"] == _by_kind(rendered[name], "CronJob")["mptfx-monitor"][
+                "spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]["image"]
 
 
 def _mlflow_url(objects: list[dict]) -> str:

@@ -401,6 +401,27 @@ def test_serving_signatures_agree(trained):
     assert set(by_normalized) == {"probabilities"}
 
 
+def test_the_monitoring_reference_describes_the_eval_split_and_the_models_answers(trained):
+    # mptfx monitor compares served traffic with these statistics (components/monitor/).
+    import tensorflow_data_validation as tfdv
+
+    from components.monitor.reference import read_reference
+
+    reference = read_reference(trained.serving_model_dir)
+    serialized = _serialized(trained.eval_files)
+    assert reference.counts == {"eval": len(serialized), "train": NUM_IMAGES - len(serialized)}
+    assert reference.label_names == LABEL_NAMES
+    dataset = reference.eval_statistics.datasets[0]
+    assert dataset.num_examples == len(serialized)
+    height = tfdv.get_feature_stats(dataset, tfdv.FeaturePath(["height"])).num_stats
+    assert height.min == height.max == 8  # the digits as stored, not the model's 16 x 16
+    answers = tf.saved_model.load(trained.serving_model_dir).signatures["serving_default"](
+        examples=tf.constant(serialized))["class_name"].numpy()
+    predicted = tfdv.get_feature_stats(dataset, tfdv.FeaturePath(["predicted_class"]))
+    counted = {v.value: v.frequency for v in predicted.string_stats.top_values}
+    assert counted == {name.decode(): float(list(answers).count(name)) for name in set(answers)}
+
+
 def test_serving_accepts_other_image_sizes_and_empty_batches(trained):
     loaded = tf.saved_model.load(trained.serving_model_dir)
     large = loaded.signatures["predict_images"](images=tf.zeros([3, 40, 30, 1], tf.uint8))

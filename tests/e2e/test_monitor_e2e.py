@@ -1,0 +1,276 @@
+"""End to end: from served traffic back to training, with one tiny real pipeline run.
+
+The run (span-1 of the digits, 40 images a class) pushes version 1 with its monitoring
+reference. TF Serving's binary cannot be installed here, so the TF Serving REST double
+(tests/tf_serving_double.py) serves that real SavedModel at TF Serving's REST boundary; the
+real request logger (the serving pod's sidecar) sits in front of it and writes the
+PredictionLogs, as in the cluster. Each scenario replays a few dozen images into a request
+log of its own and `mptfx monitor` (the CLI's `main`, in this process: a new process would
+spend a minute importing TensorFlow) judges it:
+
+- the eval split's images: no drift, exit 0;
+- the same images darkened and resized: drift naming brightness and size, exit 4;
+- images of one class only: drift in the predicted-class distribution, exit 4;
+- `--retrain-on-drift` without a new span reports and does not retrain; with span-2 it
+  retrains, and summary.json and the MLflow run say `trigger: drift`.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from components.errors import EXIT_DRIFT, EXIT_OK
+from components.run_summary import RunSummary
+from tests.conftest import REPO, CliResult
+from tests.tf_serving_double import serve_models
+
+pytestmark = pytest.mark.e2e
+
+# Named here, not after the data folder: the double and the logger address model `digits`.
+TINY = ["pipeline.name=mptfx-digits", "pusher.model_name=digits", "trainer.epochs=8",
+        "evaluator.min_accuracy=0", "evaluator.max_regression=1", "tflite.variants=[fp32]",
+        "tflite.parity_limit=20"]
+PER_SPAN = 40
+
+
+def _add_span(data: Path, span: int, every: Path) -> None:
+    """span-<span>: images (span-1)*40 .. span*40-1 of each digit class."""
+    first = (span - 1) * PER_SPAN
+    for class_dir in sorted(p for p in every.iterdir() if p.is_dir()):
+        (data / f"span-{span}" / class_dir.name).mkdir(parents=True)
+        for image in sorted(class_dir.iterdir())[first:first + PER_SPAN]:
+            shutil.copy(image, data / f"span-{span}" / class_dir.name / image.name)
+
+
+def _read_split(examples_uri: str, split: str) -> list[bytes]:
+    import tensorflow as tf
+
+    from components.examples_format import COMPRESSION, split_pattern
+
+    files = tf.io.gfile.glob(split_pattern(examples_uri, split))
+    return list(tf.data.TFRecordDataset(files, compression_type=COMPRESSION)
+                .as_numpy_iterator())
+
+
+@pytest.fixture(scope="module")
+def deployed(tmp_path_factory):
+    """A workspace whose version 1 was trained on span-1 and pushed (stable)."""
+    from pipelines.api import run_pipeline
+    from pipelines.datasets import export_digits
+
+    root = tmp_path_factory.mktemp("monitor")
+    every = export_digits(root / "all")
+    data = root / "drops"
+    _add_span(data, 1, every)
+    summary = run_pipeline(REPO / "configs" / "local.yaml", root / "ws", str(data),
+                           overrides=TINY)
+    assert summary.status == "completed", summary.error
+    assert summary.pushed.version == "1"
+    return {"root": root, "workspace": root / "ws", "data": data, "every": every,
+            "summary": summary,
+            "eval": _read_split(summary.data.examples_uri, "eval")}
+
+
+@pytest.fixture(scope="module")
+def tf_serving(deployed):
+    with serve_models(deployed["workspace"] / "serving", "digits") as server:
+        yield server.url
+
+
+def _replay(tf_serving: str, deployed: dict, name: str, examples: list[bytes]) -> Path:
+    """Send `examples` (serialized tf.Examples) through the request logger in front of the
+    double, every call logged; returns the request log folder."""
+    import requests
+
+    from components.monitor.proxy import RequestLogger
+
+    log_dir = deployed["root"] / "logs" / name
+    logger = RequestLogger(tf_serving, deployed["workspace"] / "serving", log_dir, 1.0)
+    with logger.running() as url:
+        for start in range(0, len(examples), 5):
+            body = {"signature_name": "serving_default", "inputs": {"examples": [
+                {"b64": base64.b64encode(e).decode()} for e in examples[start:start + 5]]}}
+            reply = requests.post(f"{url}/v1/models/digits/labels/stable:predict", json=body,
+                                  timeout=120)
+            assert reply.status_code == 200, reply.text
+    assert logger.logged == -(-len(examples) // 5)
+    return log_dir
+
+
+def _example(png: bytes) -> bytes:
+    """What a client sends to serving_default: a tf.Example holding the encoded image."""
+    import tensorflow as tf
+
+    return tf.train.Example(features=tf.train.Features(feature={
+        "image": tf.train.Feature(bytes_list=tf.train.BytesList(value=[png]))})
+    ).SerializeToString()
+
+
+def _darkened_and_resized(serialized: bytes) -> bytes:
+    import tensorflow as tf
+
+    png = tf.train.Example.FromString(serialized).features.feature["image"].bytes_list.value[0]
+    pixels = np.asarray(Image.open(io.BytesIO(png)))
+    changed = Image.fromarray((pixels * 0.4).astype(np.uint8)).resize((16, 16))
+    out = io.BytesIO()
+    changed.save(out, format="PNG")
+    return _example(out.getvalue())
+
+
+def monitor(capfd, deployed: dict, log_dir: Path, *args: str) -> CliResult:
+    """`mptfx monitor` through the CLI's main, its lines captured at the file descriptors
+    (a retraining it starts prints through them)."""
+    from pipelines.cli import main
+
+    settings = [f"serving.request_log.dir={log_dir}", *TINY]
+    capfd.readouterr()
+    code = main(["monitor", "--workspace", str(deployed["workspace"]),
+                 *[a for s in settings for a in ("--set", s)], *args])
+    out, err = capfd.readouterr()
+    return CliResult(code, out, err)
+
+
+def _report_folder(result: CliResult) -> Path:
+    [line] = [ln for ln in result.stdout.splitlines() if ln.startswith("mptfx monitor: report ")]
+    return Path(line.split()[-1]).parent
+
+
+def _report_json(result: CliResult) -> dict:
+    return json.loads((_report_folder(result) / "report.json").read_text())
+
+
+def _metric(deployed: dict, name: str) -> list[float]:
+    from mlflow import MlflowClient
+
+    uri = f"sqlite:///{deployed['workspace']}/mlflow.db"
+    history = MlflowClient(tracking_uri=uri).get_metric_history(
+        deployed["summary"].mlflow.run_id, name)
+    return [m.value for m in history]
+
+
+@pytest.fixture(scope="module")
+def eval_log(tf_serving, deployed):
+    return _replay(tf_serving, deployed, "eval", deployed["eval"])
+
+
+@pytest.fixture(scope="module")
+def drifted_log(tf_serving, deployed):
+    return _replay(tf_serving, deployed, "dark",
+                   [_darkened_and_resized(e) for e in deployed["eval"]])
+
+
+def test_eval_split_traffic_has_not_drifted(capfd, deployed, eval_log):
+    images = len(deployed["eval"])
+    result = monitor(capfd, deployed, eval_log, "--set", "monitor.min_images=40")
+    assert result.returncode == EXIT_OK, result.stdout + result.stderr
+    assert f"mptfx monitor: version 1: {images} images, no drift" in result.stdout
+    report = _report_json(result)
+    assert report["drifted"] is False and report["versions"][0]["moved"] == []
+    drift = report["versions"][0]["measurements"]["drift"]
+    assert drift["brightness"]["value"] == 0.0  # the very images of the reference
+    assert _metric(deployed, "monitor/drifted")[-1] == 0.0
+    assert _metric(deployed, "monitor/images")[-1] == images
+
+
+def test_too_little_traffic_is_not_enough_traffic_not_drift(capfd, deployed, eval_log):
+    images = len(deployed["eval"])
+    result = monitor(capfd, deployed, eval_log)  # monitor.min_images 100 by default
+    assert result.returncode == EXIT_OK
+    assert (f"mptfx monitor: version 1: {images} images, not enough traffic ({images} logged "
+            f"images < monitor.min_images 100)") in result.stdout
+
+
+def test_darkened_and_resized_images_drift_in_brightness_and_size(capfd, deployed,
+                                                                  drifted_log):
+    result = monitor(capfd, deployed, drifted_log, "--set", "monitor.min_images=40")
+    assert result.returncode == EXIT_DRIFT, result.stdout + result.stderr
+    [line] = [ln for ln in result.stdout.splitlines() if ln.startswith("mptfx monitor: version")]
+    drift = line.split("drift in ")[1].split("; skew in ")[0]
+    for feature in ("brightness (JSD", "height (JSD", "width (JSD"):
+        assert feature in drift, line
+    report = _report_json(result)
+    assert {"brightness", "height", "width"} <= set(report["versions"][0]["moved"])
+    folder = _report_folder(result)
+    assert folder.parent == deployed["workspace"] / "monitor"
+    assert "| brightness |" in (folder / "report.md").read_text()
+    assert (folder / "distributions.png").stat().st_size > 10_000
+    assert _metric(deployed, "monitor/drifted")[-1] == 1.0
+    assert _metric(deployed, "monitor/drift/brightness")[-1] > 0.9
+
+
+def test_images_of_one_class_drift_in_the_predicted_class(capfd, tf_serving, deployed):
+    unseen_threes = sorted((deployed["every"] / "3").iterdir())[PER_SPAN:2 * PER_SPAN]
+    log_dir = _replay(tf_serving, deployed, "threes",
+                      [_example(p.read_bytes()) for p in unseen_threes])
+    result = monitor(capfd, deployed, log_dir, "--set", "monitor.min_images=40")
+    assert result.returncode == EXIT_DRIFT, result.stdout + result.stderr
+    assert "drift in predicted_class (L-inf" in result.stdout
+    measured = _report_json(result)["versions"][0]["measurements"]["drift"]["predicted_class"]
+    assert measured["moved"] and measured["value"] > 0.5
+
+
+def test_a_truncated_log_file_is_skipped_with_one_line_naming_it(capfd, deployed, eval_log):
+    copied = deployed["root"] / "logs" / "eval-and-torn"
+    shutil.copytree(eval_log, copied)
+    [day] = list((copied / "digits").iterdir())
+    [whole] = list(day.iterdir())
+    torn = day / "requests-killed.tfrecord"
+    torn.write_bytes(whole.read_bytes()[:-9])
+    result = monitor(capfd, deployed, copied, "--set", "monitor.min_images=40")
+    assert result.returncode == EXIT_OK, result.stdout + result.stderr
+    [warning] = [ln for ln in result.stderr.splitlines() if str(torn) in ln]
+    assert warning.startswith(f"mptfx monitor: warning: skipped {torn}: truncated or corrupt")
+    # The whole records of both files count: every image but those of the torn last call.
+    images = len(deployed["eval"])
+    last_call = images % 5 or 5
+    assert f"version 1: {2 * images - last_call} images, no drift" in result.stdout
+
+
+def _runs(deployed: dict) -> list[RunSummary]:
+    return [RunSummary.read(p) for p in sorted(deployed["workspace"].glob("runs/*/summary.json"))]
+
+
+def test_drift_without_a_new_span_is_reported_and_not_retrained(capfd, deployed, drifted_log):
+    before = len(_runs(deployed))
+    result = monitor(capfd, deployed, drifted_log, "--set", "monitor.min_images=40",
+                     "--retrain-on-drift", "--data", str(deployed["data"]))
+    assert result.returncode == EXIT_DRIFT, result.stdout + result.stderr
+    assert ("mptfx monitor: drift reported, not retrained: no new data since span 1"
+            in result.stdout)
+    [skipped] = _runs(deployed)[before:]
+    assert skipped.status == "skipped" and skipped.components == {}
+    assert skipped.trigger.kind == "drift" and "brightness" in skipped.trigger.features
+    assert sorted(p.name for p in (deployed["workspace"] / "serving" / "digits").iterdir()
+                  if p.name.isdigit()) == ["1"]
+
+
+def test_drift_with_a_new_span_retrains_and_says_trigger_drift(capfd, deployed, drifted_log):
+    from mlflow import MlflowClient
+
+    _add_span(deployed["data"], 2, deployed["every"])
+    before = len(_runs(deployed))
+    result = monitor(capfd, deployed, drifted_log, "--set", "monitor.min_images=40",
+                     "--retrain-on-drift", "--data", str(deployed["data"]))
+    assert result.returncode == EXIT_DRIFT, result.stdout + result.stderr
+    [retrained] = _runs(deployed)[before:]
+    assert retrained.status == "completed", retrained.error
+    assert retrained.spans == [2] and retrained.pushed.version == "2"
+    trigger = retrained.trigger
+    assert trigger.kind == "drift" and trigger.versions == [1]
+    assert {"brightness", "height", "width"} <= set(trigger.features)
+    assert Path(trigger.report).name == "report.md" and Path(trigger.report).exists()
+    uri = f"sqlite:///{deployed['workspace']}/mlflow.db"
+    tags = MlflowClient(tracking_uri=uri).get_run(retrained.mlflow.run_id).data.tags
+    assert tags["mptfx.trigger"] == "drift"
+    assert set(tags["mptfx.trigger.features"].split(",")) == set(trigger.features)
+    # The new version carries its own reference, for tomorrow's judgement.
+    assert (deployed["workspace"] / "serving" / "digits" / "2" / "assets.extra" /
+            "mptfx_monitor" / "reference.json").exists()
