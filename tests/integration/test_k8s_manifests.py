@@ -182,7 +182,7 @@ def test_each_route_backend_reaches_one_track_through_its_metrics_sidecar(render
         assert [p["targetPort"] for p in spec["ports"]] == ["rest-proxy"]
     for name in tracks:
         pod = deployments[name]["spec"]["template"]["spec"]
-        [serving, sidecar] = pod["containers"]
+        sidecar = {c["name"]: c for c in pod["containers"]}["metrics-sidecar"]
         assert sidecar["command"][:3] == ["mptfx", "serve", "sidecar"]
         assert {p["name"] for p in sidecar["ports"]} == {"rest-proxy", "metrics"}
         assert sidecar["image"] == _by_kind(objects, "CronJob")["mptfx-retrain"]["spec"][
@@ -291,17 +291,22 @@ def test_every_serving_pods_rest_traffic_goes_through_its_request_logger(rendere
         config = load_config(tmp_path / f"{name}.yaml")  # strict: a typo fails here
         assert config.serving.request_log.sampling_rate == 0.05
         services = [s for s in _by_kind(rendered[name], "Service").values()
-                    if s["spec"]["selector"] == {"app.kubernetes.io/name": "mptfx-serving"}]
+                    if s["spec"]["selector"].get("app.kubernetes.io/name") == "mptfx-serving"]
         assert len(services) == 3  # mptfx-serving, -stable, -canary
-        for deployment in ("mptfx-serving-gpu", "mptfx-serving-cpu"):
+        for deployment in ("mptfx-serving-gpu", "mptfx-serving-cpu", "mptfx-serving-canary"):
             pod = _by_kind(rendered[name], "Deployment")[deployment]["spec"]["template"]["spec"]
             containers = {c["name"]: c for c in pod["containers"]}
             serving, logger = containers["tf-serving"], containers["request-logger"]
             ports = {p["name"]: (c["name"], p["containerPort"])
                      for c in pod["containers"] for p in c.get("ports", [])}
+            # The route's Services reach it through the metrics sidecar (the canary
+            # analysis' predictions), whose upstream is the request-logger.
+            sidecar = cli.build_parser().parse_args(containers["metrics-sidecar"]["command"][1:])
+            assert sidecar.upstream == f"http://127.0.0.1:{ports['rest'][1]}"
             for service in services:
                 rest = [p for p in service["spec"]["ports"] if p["name"] == "rest"]
-                assert [ports[p["targetPort"]][0] for p in rest] == ["request-logger"]
+                assert [ports[p["targetPort"]][0] for p in rest] in (
+                    ["request-logger"], ["metrics-sidecar"])
             args = cli.build_parser().parse_args(logger["command"][1:])
             assert args.command == "request-logger" and args.port == ports["rest"][1]
             assert args.upstream == f"http://127.0.0.1:{ports['tf-rest'][1]}"
