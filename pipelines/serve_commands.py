@@ -7,6 +7,9 @@
     mptfx serve pin VERSION                     serve VERSION as stable, no canary
     mptfx serve check --url URL [--label L]     replay the warm-up requests against TF Serving
     mptfx serve render                          write the HTTPRoute and monitoring objects
+    mptfx serve rollout [--if-canary]           step the canary up while Prometheus says it
+                                                is healthy; promote it, or abort it
+    mptfx serve sidecar --upstream URL          count TF Serving's answers for Prometheus
 
 Every verb writes `<serving_dir>/models.config`, then moves the MLflow aliases (champion =
 stable, challenger = canary), then renders `<workspace>/k8s/serving-route.yaml` (the
@@ -26,6 +29,7 @@ from typing import Any
 
 from components.core.config import Config
 from components.errors import EXIT_OK, EXIT_PIPELINE_FAILED, UsageError
+from pipelines import serve_rollout
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -71,7 +75,10 @@ def register(commands: Any) -> None:
     check.add_argument("--json", action="store_true", help="print the report as JSON")
     actions.add_parser("render", help="write the HTTPRoute, ServiceMonitor and PrometheusRule "
                        "for the current labels and config into --k8s-out")
-    for parser in actions.choices.values():
+    serve_rollout.add_actions(actions)
+    for name, parser in actions.choices.items():
+        if name == "sidecar":  # no workspace, config or MLflow: a proxy in a serving pod
+            continue
         _common(parser)
         parser.set_defaults(handler=command_serve)
 
@@ -187,11 +194,14 @@ def _print_status(state: dict[str, Any]) -> None:
 
 
 def _run_render(args: argparse.Namespace, config: Config, target: Any) -> int:
-    from components.serving.manifests import ROUTE_FILE, render_all
+    from components.serving.manifests import ROUTE_FILE, render_all, write_manifests
+    from components.serving.rollout_job import ROLLOUT_FILE, ROLLOUT_HEADER, rollout_objects
 
     out = Path(args.k8s_out or Path(args.workspace).resolve() / "k8s")
     weight = _route_weight(args, config, target.labels(), out / ROUTE_FILE)
-    for path in render_all(out, config, weight):
+    paths = render_all(out, config, weight)
+    paths.append(write_manifests(out / ROLLOUT_FILE, rollout_objects(config), ROLLOUT_HEADER))
+    for path in paths:
         print(f"mptfx serve render: {path}")
     return EXIT_OK
 
@@ -238,6 +248,8 @@ def command_serve(args: argparse.Namespace) -> int:
             return EXIT_OK
         if args.serve_command == "render":
             return _run_render(args, config, target)
+        if args.serve_command == "rollout":
+            return serve_rollout.run_rollout_command(args, config, target, registry)
         return _run_verb(args, config, target, registry)
     except ModelsConfigError as error:
         raise UsageError(str(error)) from None

@@ -35,4 +35,19 @@ start_postgres() {
   echo "services: PostgreSQL $version on 127.0.0.1:$port (role mptfx)"
 }
 
+# Prometheus and promtool (Debian's `prometheus`, 2.42): the canary analysis tests start their
+# own server on 127.0.0.1 with a temporary config (tests/prometheus_server.py), and promtool
+# checks and unit-tests the alerting and recording rules. Nothing stays running: the package's
+# own daemons are stopped and disabled right after a fresh install.
+start_prometheus() {
+  local fresh=false
+  { type -P prometheus && type -P promtool; } >/dev/null || fresh=true
+  ensure_programs services prometheus:prometheus promtool:prometheus
+  if $fresh; then
+    stop_package_daemons prometheus prometheus-node-exporter
+  fi
+  echo "services: $(prometheus --version 2>&1 | head -1) (tests start their own server)"
+}
+
 start_postgres
+start_prometheus

@@ -9,6 +9,20 @@ Answers `GET /v1/models/<name>` (the versions models.config loads, AVAILABLE) an
 `POST /v1/models/<name>[/versions/N | /labels/L]:predict` (TF Serving's "inputs" body,
 `{"b64": ...}` for strings; the reply's "outputs"). `answer_from[label] = version` makes it
 answer a label from the wrong version, as a misconfigured server would.
+
+`GET /monitoring/prometheus/metrics` serves what TF Serving 2.16's own exporter serves
+(`util/prometheus_exporter.cc`, the metrics of `servables/tensorflow/util.cc` as
+`model_servers/http_server.cc` records them) for the requests this double answered:
+`:tensorflow:serving:request_count{model_name,status}` for every request, probes included,
+and the histogram `:tensorflow:serving:request_latency{model_name,API,entrypoint}` in µs
+for the successful ones only. Like TF Serving's, neither carries a version: a test tells
+versions apart by running one double per track, as a cluster runs one pod per track.
+
+Faults a test injects for one version (all empty by default):
+`fail_every[version] = n` answers every n-th predict request of that version with TF
+Serving's error (HTTP 500, status INTERNAL); `extra_latency_ms[version] = ms` delays its
+answers; `collapse_to_class[version] = c` makes it answer class c for every example
+(probability 0.9), as a broken model whose predictions collapsed would.
 """
 
 from __future__ import annotations
@@ -17,6 +31,7 @@ import base64
 import contextlib
 import json
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -36,6 +51,58 @@ def served(serving_dir: Path, model_name: str) -> dict:
             "versions": list(entry.model_version_policy.specific.versions)}
 
 
+METRICS_PATH = "/monitoring/prometheus/metrics"
+# TF Serving's request_latency buckets: monitoring::Buckets::Exponential(10, 1.8, 33) (µs),
+# then the last one, to +Inf.
+LATENCY_BUCKETS_US = [10 * 1.8 ** i for i in range(33)]
+_HTTP_CODE = {"OK": 200, "INVALID_ARGUMENT": 400, "NOT_FOUND": 404, "INTERNAL": 500}
+
+
+class ServingMetrics:
+    """TF Serving's request_count and request_latency, as its exporter prints them."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.request_count: dict[tuple[str, str], int] = {}
+        self.latency: dict[tuple[str, str, str], list] = {}  # -> [bucket counts, sum]
+
+    def record(self, model_name: str, api: str, status: str, latency_us: float) -> None:
+        """What http_server.cc records for one REST request."""
+        with self.lock:
+            key = (model_name, status)
+            self.request_count[key] = self.request_count.get(key, 0) + 1
+            if status != "OK":  # latency is only recorded for successful requests
+                return
+            counts, total = self.latency.setdefault((model_name, api, "REST"),
+                                                    [[0] * (len(LATENCY_BUCKETS_US) + 1), 0.0])
+            index = next((i for i, limit in enumerate(LATENCY_BUCKETS_US)
+                          if latency_us < limit), len(LATENCY_BUCKETS_US))
+            counts[index] += 1
+            self.latency[(model_name, api, "REST")][1] = total + latency_us
+
+    def page(self) -> str:
+        """The Prometheus text TF Serving's PrometheusExporter::GeneratePage writes."""
+        lines = ["# TYPE :tensorflow:serving:request_count counter"]
+        with self.lock:
+            for (model, status), count in sorted(self.request_count.items()):
+                lines.append(f':tensorflow:serving:request_count{{model_name="{model}",'
+                             f'status="{status}"}} {count}')
+            lines.append("# TYPE :tensorflow:serving:request_latency histogram")
+            for (model, api, entrypoint), (counts, total) in sorted(self.latency.items()):
+                labels = f'model_name="{model}",API="{api}",entrypoint="{entrypoint}"'
+                cumulative = 0
+                for index, count in enumerate(counts):
+                    cumulative += count
+                    limit = (f"{LATENCY_BUCKETS_US[index]:.6g}"
+                             if index < len(LATENCY_BUCKETS_US) else "+Inf")
+                    lines.append(f':tensorflow:serving:request_latency_bucket{{{labels},'
+                                 f'le="{limit}"}} {cumulative}')
+                lines.append(f":tensorflow:serving:request_latency_sum{{{labels}}} {total:.6g}")
+                lines.append(f":tensorflow:serving:request_latency_count{{{labels}}} "
+                             f"{cumulative}")
+        return "\n".join(lines) + "\n"
+
+
 class TFServingDouble(BaseHTTPRequestHandler):
     """The request handler; `serve_models` makes a subclass per server with its state."""
 
@@ -43,6 +110,11 @@ class TFServingDouble(BaseHTTPRequestHandler):
     model_name: str
     answer_from: dict[str, int]
     models: dict[int, Any]
+    metrics: ServingMetrics
+    fail_every: dict[int, int]
+    extra_latency_ms: dict[int, float]
+    collapse_to_class: dict[int, int]
+    answered: dict[int, int]
 
     def log_message(self, *args) -> None:
         pass
@@ -56,10 +128,21 @@ class TFServingDouble(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        if self.path == METRICS_PATH:  # not a model request: TF Serving counts nothing
+            data = self.metrics.page().encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+            return
+        started = time.monotonic()
         versions = served(self.serving_dir, self.model_name)["versions"]
         self.reply(200, {"model_version_status": [
             {"version": str(v), "state": "AVAILABLE", "status": {"error_code": "OK"}}
             for v in versions]})
+        # A status request: API is the empty method name, as for TF Serving's probes.
+        self.metrics.record(self.model_name, "", "OK", (time.monotonic() - started) * 1e6)
 
     def resolve_version(self, parts: list[str]) -> int | None:
         """The version a predict path names (`labels/L`, `versions/N`, or stable)."""
@@ -90,19 +173,46 @@ class TFServingDouble(BaseHTTPRequestHandler):
             dtype = signature.structured_input_signature[1][name].dtype
             inputs[name] = tf.constant(decode(value), dtype=dtype)
         outputs = signature(**inputs)
-        return {"outputs": {k: (v.numpy().astype(str) if v.dtype == tf.string
-                                else v.numpy()).tolist() for k, v in outputs.items()}}
+        answer = {k: (v.numpy().astype(str) if v.dtype == tf.string
+                      else v.numpy()).tolist() for k, v in outputs.items()}
+        if version in self.collapse_to_class and "class_id" in answer:
+            answer = self.collapsed(answer, self.collapse_to_class[version])
+        return {"outputs": answer}
+
+    @staticmethod
+    def collapsed(answer: dict, class_id: int) -> dict:
+        """The same answer shape, every example predicted as `class_id` (probability 0.9)."""
+        count, classes = len(answer["class_id"]), len(answer["probabilities"][0])
+        rest = 0.1 / (classes - 1)
+        row = [0.9 if k == class_id else rest for k in range(classes)]
+        changed = {"class_id": [class_id] * count, "probabilities": [row] * count}
+        if "class_name" in answer:
+            changed["class_name"] = [str(class_id)] * count
+        return {**answer, **changed}
 
     def do_POST(self) -> None:  # noqa: N802
+        started = time.monotonic()
         path, _, verb = self.path.partition(":")
         parts = path.strip("/").split("/")  # v1 models NAME [labels L | versions N]
         if verb != "predict" or parts[:3] != ["v1", "models", self.model_name]:
             return self.reply(404, {"error": f"no such path {self.path}"})
         version = self.resolve_version(parts)
         if version is None:
+            self.metrics.record(self.model_name, verb, "NOT_FOUND", 0)
             return self.reply(404, {"error": f"unknown label {parts[4]}"})
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        self.reply(200, self.predict(version, body))
+        with self.metrics.lock:
+            self.answered[version] = number = self.answered.get(version, 0) + 1
+        status = "OK"
+        if self.fail_every.get(version) and number % self.fail_every[version] == 0:
+            status, code, answer = "INTERNAL", 500, {"error": f"injected failure of version "
+                                                              f"{version}"}
+        else:
+            code, answer = 200, self.predict(version, body)
+        if self.extra_latency_ms.get(version):
+            time.sleep(self.extra_latency_ms[version] / 1000)
+        self.reply(code, answer)
+        self.metrics.record(self.model_name, verb, status, (time.monotonic() - started) * 1e6)
 
 
 class RunningDouble:
@@ -120,7 +230,8 @@ def serve_models(serving_dir: Path, model_name: str,
     """The double on a free port of 127.0.0.1 for `<serving_dir>/<model_name>`; stopped on
     exit."""
     state = {"serving_dir": Path(serving_dir), "model_name": model_name,
-             "answer_from": {}, "models": {}}
+             "answer_from": {}, "models": {}, "metrics": ServingMetrics(), "fail_every": {},
+             "extra_latency_ms": {}, "collapse_to_class": {}, "answered": {}}
     bound = type("Handler", (handler,), state)
     server = ThreadingHTTPServer(("127.0.0.1", 0), bound)
     thread = threading.Thread(target=server.serve_forever, daemon=True)

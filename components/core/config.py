@@ -27,6 +27,9 @@ from components.infra.config import InfraSection
 # The monitor owns its sections (`serving.request_log`, `monitor`), as the Trainer its own.
 from components.monitor.config import MonitorSection, RequestLogSection
 
+# The canary analysis owns its section (components/serving/config.py), as the Trainer does.
+from components.serving.config import AnalysisSection
+
 # The Trainer owns the sections it reads; they are composed here, and run_fn validates its
 # custom_config with the same classes (components/trainer/config.py).
 from components.trainer.config import DataSection as TrainerDataSection
@@ -286,6 +289,8 @@ class ServingSection(_Section):
     # PrometheusRule alerts: p99 request latency above this, error ratio above max_error_rate.
     p99_latency_budget_ms: float = Field(250.0, gt=0)
     max_error_rate: float = Field(0.01, gt=0, le=1)
+    # `mptfx serve rollout`: the automatic canary analysis (components/serving/config.py).
+    analysis: AnalysisSection = Field(default_factory=AnalysisSection)
     # What the request logger in the serving pod keeps for `mptfx monitor`.
     request_log: RequestLogSection = Field(default_factory=RequestLogSection)
 

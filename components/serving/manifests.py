@@ -27,6 +27,13 @@ STABLE_SERVICE = "mptfx-serving-stable"
 CANARY_SERVICE = "mptfx-serving-canary"
 REST_PORT = 8501
 METRICS_PATH = "/monitoring/prometheus/metrics"
+# The metrics sidecar (components/serving/sidecar.py): the route's backends reach TF Serving
+# through its proxy port; its own metrics are on SIDECAR_METRICS_PORT.
+SIDECAR_PORT = 8508
+SIDECAR_METRICS_PORT = 9108
+SIDECAR_METRICS_PATH = "/metrics"
+# Pods of the stable and the canary track carry this label; scrape targets get it as `track`.
+TRACK_POD_LABEL = "mptfx.dev/track"
 ROUTE_FILE = "serving-route.yaml"
 MONITORING_FILE = "serving-monitoring.yaml"
 _LABELS = {"app.kubernetes.io/name": SERVICE_NAME, "app.kubernetes.io/component": "serving",
@@ -76,7 +83,13 @@ def render_http_route(config: Config, weight: int) -> dict[str, Any]:
 
 
 def render_service_monitor(config: Config) -> dict[str, Any]:
-    """Prometheus Operator ServiceMonitor scraping TF Serving's Prometheus endpoint."""
+    """Prometheus Operator ServiceMonitor scraping TF Serving's Prometheus endpoint and the
+    metrics sidecar's; both get the pod's track (stable | canary) as the label `track`, which
+    is how the canary analysis tells the canary's series from the stable's (TF Serving's own
+    metrics carry the model name only)."""
+    track = [{"sourceLabels": ["__meta_kubernetes_pod_label_"
+                               + TRACK_POD_LABEL.replace(".", "_").replace("/", "_")],
+              "targetLabel": "track", "action": "replace"}]
     return {
         "apiVersion": MONITORING_API_VERSION,
         "kind": "ServiceMonitor",
@@ -85,7 +98,9 @@ def render_service_monitor(config: Config) -> dict[str, Any]:
             "selector": {"matchLabels": {"app.kubernetes.io/name": SERVICE_NAME,
                                          "app.kubernetes.io/component": "serving"}},
             "endpoints": [{"port": "rest", "path": METRICS_PATH, "interval": "30s",
-                           "scheme": "http"}],
+                           "scheme": "http", "relabelings": track},
+                          {"port": "metrics", "path": SIDECAR_METRICS_PATH, "interval": "30s",
+                           "scheme": "http", "relabelings": track}],
         },
     }
 
@@ -95,11 +110,14 @@ def render_prometheus_rule(config: Config) -> dict[str, Any]:
     model = config.pusher.model_name
     budget_us = int(config.serving.p99_latency_budget_ms * 1000)  # TF Serving counts in µs
     max_errors = config.serving.max_error_rate
-    job = f'job="{SERVICE_NAME}"'
+    # The Operator labels each target with its Service (job) and port name (endpoint): the
+    # sidecar's `metrics` port answering must not hide a TF Serving that does not.
+    job = f'job="{SERVICE_NAME}",endpoint="rest"'
     selector = f'model_name="{model}"'
     requests = f":tensorflow:serving:request_count{{{selector}}}"
     failed = f':tensorflow:serving:request_count{{{selector},status!="OK"}}'
-    latency = f":tensorflow:serving:request_latency_bucket{{{selector}}}"
+    # API="" is the readiness probes' model status requests: fast, and not what users wait for.
+    latency = f':tensorflow:serving:request_latency_bucket{{{selector},API!=""}}'
     rules = [
         {"alert": "MptfxModelNotAvailable",
          # Not ready (readiness probe on /v1/models/<name>) means not scraped: up is 0 or absent.

@@ -3,6 +3,7 @@
 #   . scripts/lib/packages.sh
 #   ensure_programs build_image buildah:buildah debootstrap:debootstrap
 #   install_packages start_services "a PostgreSQL server" postgresql
+#   stop_package_daemons prometheus          # after a fresh install: nothing left running
 #
 # ensure_programs takes PROGRAM:PACKAGE pairs and looks each program up on PATH with
 # `type -P`, never `command -v`, which also finds a shell function or alias of that name and
@@ -45,5 +46,24 @@ ensure_programs() {
   install_packages "$who" "${missing[*]}" "${packages[@]}"
   for program in "${missing[@]}"; do
     type -P "$program" >/dev/null || { echo "$who: $program is still missing after apt-get install ${packages[*]}" >&2; exit 2; }
+  done
+}
+
+# stop_package_daemons SERVICE...: a package's postinst may start its daemon (on a machine with
+# systemd, or through invoke-rc.d and its init script in a container without it). Stop and
+# disable each one, so that installing a program the tests run themselves leaves nothing
+# running and nothing that starts at the next boot.
+stop_package_daemons() {
+  local service
+  for service in "$@"; do
+    if [ -d /run/systemd/system ] && type -P systemctl >/dev/null; then
+      systemctl disable --now "$service" >/dev/null 2>&1 || true
+    fi
+    if [ -x "/etc/init.d/$service" ]; then
+      "/etc/init.d/$service" stop >/dev/null 2>&1 || true
+      if type -P update-rc.d >/dev/null; then
+        update-rc.d "$service" disable >/dev/null 2>&1 || true
+      fi
+    fi
   done
 }

@@ -109,12 +109,13 @@ def test_the_runner_role_is_scoped_to_jobs_services_pods_and_logs(rendered):
 def test_every_container_is_locked_down_and_sized(rendered):
     for name, spec in _pod_specs(rendered["base"]):
         assert spec["securityContext"]["runAsNonRoot"] is True, name
-        # Only the retraining drivers (retrain, monitor on drift) talk to the API server, as
-        # the driver account.
-        drivers = ("mptfx-retrain", "mptfx-monitor")
-        assert spec["automountServiceAccountToken"] is (name in drivers), name
+        # Only the retraining drivers (retrain, monitor on drift; as the driver account) and
+        # the canary rollout (which patches one HTTPRoute) talk to the API server.
+        accounts = {"mptfx-retrain": "mptfx-runner", "mptfx-monitor": "mptfx-runner",
+                    "mptfx-serving-rollout": "mptfx-serving-rollout"}
+        assert spec["automountServiceAccountToken"] is (name in accounts), name
         if spec["automountServiceAccountToken"]:
-            assert spec["serviceAccountName"] == "mptfx-runner"
+            assert spec["serviceAccountName"] == accounts[name]
         for container in spec["containers"]:
             security = container["securityContext"]
             assert security["allowPrivilegeEscalation"] is False, name
@@ -146,7 +147,8 @@ def test_postgres_password_comes_from_a_secret_never_the_manifests(rendered):
 def test_serving_has_grpc_rest_readiness_batching_and_warmup(rendered):
     base = rendered["base"]
     service = _by_kind(base, "Service")["mptfx-serving"]
-    assert {p["port"] for p in service["spec"]["ports"]} == {8500, 8501}
+    # gRPC, REST, and the metrics sidecar's /metrics (the ServiceMonitor's second endpoint)
+    assert {p["port"] for p in service["spec"]["ports"]} == {8500, 8501, 9108}
     config = _by_kind(base, "ConfigMap")["mptfx-serving-config"]["data"]
     assert "max_batch_size" in config["batching.config"]
     assert "prometheus_config" in config["monitoring.config"]  # models.config is on the PVC
@@ -162,6 +164,65 @@ def test_serving_has_grpc_rest_readiness_batching_and_warmup(rendered):
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in \
         gpu["tolerations"]
     assert "nvidia.com/gpu" not in cpu["containers"][0]["resources"]["limits"]
+
+
+def test_each_route_backend_reaches_one_track_through_its_metrics_sidecar(rendered):
+    """TF Serving's metrics carry the model name only: the canary's series are told apart by
+    the pods that serve it, so each backend Service of the HTTPRoute selects one track."""
+    objects = rendered["base"]
+    services, deployments = _by_kind(objects, "Service"), _by_kind(objects, "Deployment")
+    tracks = {name: d["spec"]["template"]["metadata"]["labels"]["mptfx.dev/track"]
+              for name, d in deployments.items() if name.startswith("mptfx-serving-")}
+    assert tracks == {"mptfx-serving-gpu": "stable", "mptfx-serving-cpu": "stable",
+                      "mptfx-serving-canary": "canary"}
+    for track in ("stable", "canary"):
+        spec = services[f"mptfx-serving-{track}"]["spec"]
+        assert spec["selector"] == {"app.kubernetes.io/name": "mptfx-serving",
+                                    "mptfx.dev/track": track}
+        assert [p["targetPort"] for p in spec["ports"]] == ["rest-proxy"]
+    for name in tracks:
+        pod = deployments[name]["spec"]["template"]["spec"]
+        sidecar = {c["name"]: c for c in pod["containers"]}["metrics-sidecar"]
+        assert sidecar["command"][:3] == ["mptfx", "serve", "sidecar"]
+        assert {p["name"] for p in sidecar["ports"]} == {"rest-proxy", "metrics"}
+        assert sidecar["image"] == _by_kind(objects, "CronJob")["mptfx-retrain"]["spec"][
+            "jobTemplate"]["spec"]["template"]["spec"]["containers"][0]["image"]
+    gpu, canary = (deployments[n]["spec"]["template"]["spec"] for n in ("mptfx-serving-gpu",
+                                                                       "mptfx-serving-canary"))
+    assert canary["containers"][0]["resources"] == gpu["containers"][0]["resources"]
+    for overlay in OVERLAYS:  # the canary runs on the stable's GPU nodes on every cloud
+        specs = dict(_pod_specs(rendered[overlay]))
+        assert specs["mptfx-serving-canary"]["nodeSelector"] == \
+            specs["mptfx-serving-gpu"]["nodeSelector"]
+
+
+def test_the_rollout_cronjob_judges_canaries_with_the_least_rights(rendered):
+    from pipelines import cli
+
+    objects = rendered["base"]
+    cron = _by_kind(objects, "CronJob")["mptfx-serving-rollout"]["spec"]
+    assert cron["concurrencyPolicy"] == "Forbid"
+    job = cron["jobTemplate"]["spec"]
+    assert job["backoffLimit"] == 0 and job["activeDeadlineSeconds"] > 3600
+    [container] = job["template"]["spec"]["containers"]
+    args = cli.build_parser().parse_args(container["command"][1:])
+    assert (args.command, args.serve_command, args.if_canary, args.in_cluster) == (
+        "serve", "rollout", True, True)
+    assert args.workspace == "/mnt/mptfx" and args.config == "/etc/mptfx/config.yaml"
+    assert {"name": "config", "configMap": {"name": "mptfx-config"}} in \
+        job["template"]["spec"]["volumes"]
+    for name in ["base", *OVERLAYS]:  # the cluster's config names the cluster's Prometheus
+        text = _by_kind(rendered[name], "ConfigMap")["mptfx-config"]["data"]["config.yaml"]
+        path = rendered["_dir"] / f"{name}-rollout-config.yaml"
+        path.write_text(text)
+        assert load_config(path).serving.analysis.prometheus_url == \
+            "http://prometheus-operated.monitoring.svc:9090"
+    role = _by_kind(objects, "Role")["mptfx-serving-rollout"]
+    assert role["rules"] == [{"apiGroups": ["gateway.networking.k8s.io"],
+                              "resources": ["httproutes"], "resourceNames": ["mptfx-serving"],
+                              "verbs": ["get", "patch"]}]
+    binding = _by_kind(objects, "RoleBinding")["mptfx-serving-rollout"]
+    assert binding["subjects"][0]["name"] == job["template"]["spec"]["serviceAccountName"]
 
 
 def test_retraining_cronjob_never_overlaps_and_keeps_a_short_history(rendered):
@@ -230,17 +291,22 @@ def test_every_serving_pods_rest_traffic_goes_through_its_request_logger(rendere
         config = load_config(tmp_path / f"{name}.yaml")  # strict: a typo fails here
         assert config.serving.request_log.sampling_rate == 0.05
         services = [s for s in _by_kind(rendered[name], "Service").values()
-                    if s["spec"]["selector"] == {"app.kubernetes.io/name": "mptfx-serving"}]
+                    if s["spec"]["selector"].get("app.kubernetes.io/name") == "mptfx-serving"]
         assert len(services) == 3  # mptfx-serving, -stable, -canary
-        for deployment in ("mptfx-serving-gpu", "mptfx-serving-cpu"):
+        for deployment in ("mptfx-serving-gpu", "mptfx-serving-cpu", "mptfx-serving-canary"):
             pod = _by_kind(rendered[name], "Deployment")[deployment]["spec"]["template"]["spec"]
             containers = {c["name"]: c for c in pod["containers"]}
             serving, logger = containers["tf-serving"], containers["request-logger"]
             ports = {p["name"]: (c["name"], p["containerPort"])
                      for c in pod["containers"] for p in c.get("ports", [])}
+            # The route's Services reach it through the metrics sidecar (the canary
+            # analysis' predictions), whose upstream is the request-logger.
+            sidecar = cli.build_parser().parse_args(containers["metrics-sidecar"]["command"][1:])
+            assert sidecar.upstream == f"http://127.0.0.1:{ports['rest'][1]}"
             for service in services:
                 rest = [p for p in service["spec"]["ports"] if p["name"] == "rest"]
-                assert [ports[p["targetPort"]][0] for p in rest] == ["request-logger"]
+                assert [ports[p["targetPort"]][0] for p in rest] in (
+                    ["request-logger"], ["metrics-sidecar"])
             args = cli.build_parser().parse_args(logger["command"][1:])
             assert args.command == "request-logger" and args.port == ports["rest"][1]
             assert args.upstream == f"http://127.0.0.1:{ports['tf-rest'][1]}"

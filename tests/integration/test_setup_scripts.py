@@ -20,6 +20,7 @@ from tests.conftest import REPO
 
 SYSTEM_DIRS = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
 IMAGE_PROGRAMS = ("buildah", "debootstrap", "docker")
+PROMETHEUS_PROGRAMS = ("prometheus", "promtool")
 POSTGRES_PROGRAMS = ("pg_lsclusters", "pg_createcluster", "pg_ctlcluster", "pg_isready", "psql",
                      "postgres", "pg_ctl", "initdb")
 
@@ -115,6 +116,21 @@ def open_tmp():
     folder.chmod(0o755)
     yield folder
     shutil.rmtree(folder)
+
+
+@root_only
+def test_services_ask_apt_get_for_prometheus_and_promtool(open_tmp):
+    """PostgreSQL is there (the real server, started idempotently: its `psql` runs as the
+    postgres user, hence a folder others may enter); Prometheus is not."""
+    tmp_path = open_tmp
+    path, calls = _path_without(tmp_path, PROMETHEUS_PROGRAMS)
+    result = _run("start_services.sh", path, tmp_path)
+    [install] = _installs(calls)
+    assert install.split()[-1] == "prometheus", install
+    assert result.returncode == 2, result.stdout + result.stderr
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith("services: apt-get could not install prometheus"), line
+    assert line.endswith("as root run: apt-get update && apt-get install -y prometheus")
 
 
 @root_only

@@ -13,7 +13,7 @@ import pytest
 
 _NOT_IN_UNIT = {"python", "python3", "mptfx", "mlflow", "kubectl", "kubernetes-validate",
                 "checkov", "hadolint", "buildah", "podman", "postgres", "pg_ctl", "psql",
-                "tensorflow_model_server"}
+                "tensorflow_model_server", "prometheus", "promtool"}
 _Popen = subprocess.Popen
 
 

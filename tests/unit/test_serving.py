@@ -26,6 +26,7 @@ from components.serving.models_config import (
     read_labels,
     write_labels,
 )
+from components.serving.rollout_job import rollout_objects
 from pipelines.config import ConfigError, load_config
 
 REPO = Path(__file__).resolve().parents[2]
@@ -160,14 +161,17 @@ def test_the_kustomize_base_ships_the_default_rendering():
         (REPO / "k8s/base/serving-monitoring.yaml").read_text()))
     assert route == [render_http_route(config, 0)]
     assert monitoring == [render_service_monitor(config), render_prometheus_rule(config)]
+    rollout = list(yaml.safe_load_all((REPO / "k8s/base/serving-rollout.yaml").read_text()))
+    assert rollout == rollout_objects(config)
     kustomization = yaml.safe_load((REPO / "k8s/base/kustomization.yaml").read_text())
-    assert {"serving-route.yaml", "serving-monitoring.yaml"} <= set(kustomization["resources"])
+    assert {"serving-route.yaml", "serving-monitoring.yaml",
+            "serving-rollout.yaml"} <= set(kustomization["resources"])
 
 
 def test_tf_serving_reads_models_config_from_the_volume_with_labels_and_metrics():
     objects = list(yaml.safe_load_all((REPO / "k8s/base/serving.yaml").read_text()))
     deployments = [o for o in objects if o["kind"] == "Deployment"]
-    assert len(deployments) == 2
+    assert len(deployments) == 3  # stable on GPU, stable on CPU, the canary track
     for deployment in deployments:
         args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
         assert "--model_config_file=/mnt/mptfx/serving/models.config" in args
