@@ -249,6 +249,21 @@ class KubernetesSection(_Section):
     ttl_seconds_after_finished: int = Field(604800, ge=0)
     poll_seconds: float = Field(5.0, gt=0)
 
+    @field_validator("pools", mode="before")
+    @classmethod
+    def _over_the_default_pools(cls, value: Any) -> Any:
+        # `--set kubernetes.pools.gpu.node_selector=...` changes that key of the default gpu
+        # pool; it does not replace the pool (and drop its `gpus: 1`).
+        if not isinstance(value, dict):
+            return value
+        merged = {name: pool.model_dump() for name, pool in _default_pools().items()}
+        for name, pool in value.items():
+            if isinstance(pool, dict) and name in merged:
+                merged[name] = {**merged[name], **pool}
+            else:
+                merged[name] = pool
+        return merged
+
     @field_validator("component_pools", "default_pool")
     @classmethod
     def _pools_exist(cls, value: dict[str, str] | str, info: ValidationInfo) -> Any:

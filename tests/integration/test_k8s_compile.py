@@ -94,7 +94,7 @@ def test_compile_writes_every_object_of_a_run_and_they_validate(tmp_path, capsys
     assert code == 0
     files = sorted(out.glob("*.yaml"))
     kinds = [yaml.safe_load(f.read_text())["kind"] for f in files]
-    assert kinds.count("Job") == 11 and kinds.count("Service") == 1  # 10 nodes + driver
+    assert kinds.count("Job") == 12 and kinds.count("Service") == 1  # 11 nodes + driver
     assert kinds.count("ConfigMap") == 1
     result = validate(files)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -107,7 +107,7 @@ def test_compile_without_the_data_here_still_writes_the_objects(tmp_path):
                      "--set", f"kubernetes.workspace={tmp_path / 'ws'}",
                      "--data", "/mnt/mptfx-not-here/data"])
     assert code == 0
-    assert len(list(out.glob("*-job-*.yaml"))) == 11
+    assert len(list(out.glob("*-job-*.yaml"))) == 12  # 11 nodes + driver
 
 
 def test_kfp_export_carries_the_trainers_accelerator(compiled, tmp_path):

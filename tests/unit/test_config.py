@@ -136,3 +136,14 @@ def test_an_empty_config_path_is_an_error_not_the_default():
     for empty in ("", "  "):
         with pytest.raises(ConfigError, match="^--config is empty"):
             load_config(empty)
+
+
+def test_setting_one_key_of_a_default_pool_keeps_the_rest_of_it(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # no configs/local.yaml: the built-in defaults only
+    config = load_config(None, ["kubernetes.pools.gpu.node_selector={pool: a100}",
+                                "kubernetes.pools.spot.gpus=2"])
+    gpu = config.kubernetes.pools["gpu"]
+    assert gpu.node_selector == {"pool": "a100"}
+    assert gpu.gpus == 1 and gpu.accelerator == "nvidia-l4"
+    assert config.kubernetes.pools["spot"].gpus == 2
+    assert config.kubernetes.pools["cpu"].gpus == 0
