@@ -215,6 +215,13 @@ class TFServingDouble(BaseHTTPRequestHandler):
         self.metrics.record(self.model_name, verb, status, (time.monotonic() - started) * 1e6)
 
 
+def _state(serving_dir: Path, model_name: str, **extra: Any) -> dict[str, Any]:
+    """A fresh state for one server's handler class: every attribute TFServingDouble reads."""
+    return {"serving_dir": Path(serving_dir), "model_name": model_name, "answer_from": {},
+            "models": {}, "metrics": ServingMetrics(), "fail_every": {}, "extra_latency_ms": {},
+            "collapse_to_class": {}, "answered": {}, **extra}
+
+
 class RunningDouble:
     """A started double: its URL and its handler class (whose attributes are its state)."""
 
@@ -229,10 +236,7 @@ def serve_models(serving_dir: Path, model_name: str,
                  handler: type[TFServingDouble] = TFServingDouble) -> Iterator[RunningDouble]:
     """The double on a free port of 127.0.0.1 for `<serving_dir>/<model_name>`; stopped on
     exit."""
-    state = {"serving_dir": Path(serving_dir), "model_name": model_name,
-             "answer_from": {}, "models": {}, "metrics": ServingMetrics(), "fail_every": {},
-             "extra_latency_ms": {}, "collapse_to_class": {}, "answered": {}}
-    bound = type("Handler", (handler,), state)
+    bound = type("Handler", (handler,), _state(serving_dir, model_name))
     server = ThreadingHTTPServer(("127.0.0.1", 0), bound)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -337,8 +341,8 @@ class BasePathDouble(TFServingDouble):
 def serve_base_path(base_path: Path, model_name: str, port: int = 0
                     ) -> Iterator[RunningDouble]:
     """The base-path double on 127.0.0.1:`port` (0: a free one); stopped on exit."""
-    state = {"base_path": Path(base_path), "model_name": model_name, "poll_seconds": 1.0,
-             "answer_from": {}, "models": {}, "load_errors": {}, "serving_dir": Path(base_path)}
+    state = _state(base_path, model_name, base_path=Path(base_path), poll_seconds=1.0,
+                   load_errors={})
     bound = type("Handler", (BasePathDouble,), state)
     server = ThreadingHTTPServer(("127.0.0.1", port), bound)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
