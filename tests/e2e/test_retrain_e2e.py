@@ -55,7 +55,7 @@ def _executions(workspace: Path) -> int:
 
 
 def _served(workspace: Path) -> list[str]:
-    return sorted(p.name for p in (workspace / "serving" / "digits").iterdir())
+    return sorted(p.name for p in (workspace / "serving" / "drops").iterdir())
 
 
 @pytest.fixture(scope="session")
@@ -91,7 +91,7 @@ def test_first_span_trains_and_pushes_version_1(drops, first_span):
     assert summary.data.span == 1
     assert summary.pushed.version == "1"
     assert _served(workspace) == ["1"]
-    assert (workspace / "schema" / "mptfx-digits.pbtxt").exists()
+    assert (workspace / "schema" / "drops.pbtxt")  # named after the data folder.exists()
 
 
 @pytest.fixture(scope="session")
