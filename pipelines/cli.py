@@ -15,7 +15,6 @@ the shared pieces are in run_command, console, data_source and workspace.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 from benchmarks import commands as bench_commands
@@ -24,12 +23,10 @@ from components.redact import redact_text
 from components.tracking import commands as tracking_commands
 from pipelines import doctor, k8s_commands, monitor_command, retrain, serve_commands, sweep
 from pipelines.run_command import add_run_arguments, command_run
-from pipelines.standby import client as standby_client
-from pipelines.standby import commands as standby_commands
 
 # In the order of `mptfx --help`.
 COMMAND_MODULES = [retrain, k8s_commands, tracking_commands, sweep, bench_commands, doctor,
-                   serve_commands, monitor_command, standby_commands]
+                   serve_commands, monitor_command]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -49,22 +46,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the `mptfx` console script; returns the process exit code.
-
-    From the command line (`argv` None), `run` and `sweep` go to the warm standby process
-    when one is ready (pipelines/standby), and a standby is started for the next one.
-    """
-    if argv is not None:
-        return dispatch(argv)
-    argv = sys.argv[1:]
-    code = standby_client.run_in_standby(argv)
-    if code is not None:
-        standby_client.start()
-        return code
-    environ, path = dict(os.environ), list(sys.path)  # as started: a run changes both
-    code = dispatch(argv)
-    standby_client.after_cold_run(argv, environ, path)
-    return code
+    """Entry point of the `mptfx` console script; returns the process exit code. Every
+    command runs in this process and leaves nothing running after it."""
+    return dispatch(sys.argv[1:] if argv is None else argv)
 
 
 def dispatch(argv: list[str]) -> int:

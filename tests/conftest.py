@@ -27,10 +27,6 @@ RUN_DIR = Path(tempfile.mkdtemp(prefix="mptfx-tests-cwd-"))
 atexit.register(shutil.rmtree, RUN_DIR, True)
 for _name in [name for name in os.environ if name.startswith("MLFLOW_")]:
     del os.environ[_name]
-# Every `mptfx` a test starts runs in its own fresh process, as it did before the warm
-# standby existed, and leaves none behind; tests/e2e/test_standby_e2e.py switches it on in
-# a folder of its own.
-os.environ["MPTFX_STANDBY"] = "off"
 
 
 @dataclass

@@ -2,9 +2,8 @@
 
 Both on the same digits, model, epochs and batch, wall time from process start to exit
 (imports included): the `pipeline` section's default run (run here first if this run has
-none; `ratio`: with the standby a previous run leaves ready, `cold_ratio`: a fresh process
-importing everything), and the `stock_tfx` task in a fresh process (benchmarks/stock_tfx.py,
-TFX's LocalDagRunner: ImportExampleGen ... Pusher).
+none), and the `stock_tfx` task in a fresh process (benchmarks/stock_tfx.py, TFX's
+LocalDagRunner: ImportExampleGen ... Pusher); `ratio` is mptfx / stock.
 """
 
 from __future__ import annotations
@@ -62,23 +61,18 @@ class StockTfx(DataSection):
         outcome = ctx.task(STOCK_TFX, params, "stock-tfx",
                            timeout=ctx.preset.pipeline_timeout_seconds)
         ours = ctx.results.get("pipeline") or {}
-        seconds, cold = ours.get("seconds"), ours.get("cold_seconds")
+        seconds = ours.get("seconds")
         section: dict[str, Any] = {
             "status": outcome.status, "error": outcome.error,
             "components": list(COMPONENTS),
             "mptfx_run_seconds": seconds,
-            "mptfx_run_standby": bool(ours.get("standby")),
-            "mptfx_cold_run_seconds": cold,
             "stock_tfx_seconds": round(outcome.seconds, 1),
             **(outcome.result or {}),
         }
         section["ratio"] = (seconds / outcome.seconds) if outcome.ok and seconds else None
-        section["cold_ratio"] = (cold / outcome.seconds) if outcome.ok and cold else None
         if outcome.ok:
-            ctx.say(f"    mptfx run {seconds} s (cold {cold} s), stock TFX "
-                    f"{outcome.seconds:.1f} s, ratio "
-                    + (f"{section['ratio']:.2f}" if section["ratio"] else "n/a")
-                    + (f" (cold {section['cold_ratio']:.2f})" if section["cold_ratio"] else ""))
+            ctx.say(f"    mptfx run {seconds} s, stock TFX {outcome.seconds:.1f} s, ratio "
+                    + (f"{section['ratio']:.2f}" if section["ratio"] else "n/a"))
         ctx.store("stock_tfx", section)
 
     def table(self, results: dict[str, Any]) -> list[str]:
@@ -87,19 +81,14 @@ class StockTfx(DataSection):
             return []
         if section.get("status") != "ok":
             return [f"Stock TFX pipeline: {section.get('status')}: {section.get('error')}", ""]
-        ratio, cold_ratio = section.get("ratio"), section.get("cold_ratio")
-        warm = "the standby ready" if section.get("mptfx_run_standby") else "cold"
+        ratio = section.get("ratio")
         return [
             "### Default `mptfx run` vs a stock TFX pipeline (same digits, model, epochs)", "",
             "| pipeline | wall seconds (process) |", "|---|---:|",
-            f"| mptfx run (10 components; {warm}) | "
-            f"{number(section.get('mptfx_run_seconds'), 1)} |",
-            f"| mptfx run, cold (MPTFX_STANDBY=off) | "
-            f"{number(section.get('mptfx_cold_run_seconds'), 1)} |",
+            f"| mptfx run (10 components) | {number(section.get('mptfx_run_seconds'), 1)} |",
             f"| stock TFX ({', '.join(section['components'])}) | "
             f"{number(section.get('stock_tfx_seconds'), 1)} |",
-            "", f"ratio (mptfx / stock): {'n/a' if ratio is None else f'{ratio:.2f}'}; "
-            f"cold: {'n/a' if cold_ratio is None else f'{cold_ratio:.2f}'}", "",
+            "", f"ratio (mptfx / stock): {'n/a' if ratio is None else f'{ratio:.2f}'}", "",
         ]
 
 

@@ -2,13 +2,19 @@
 
 One pipeline run (about 1.5 minutes) with the default config on the full digits set exported
 as image folders, plus a corrupt PNG and a text file among the images, in a folder named
-`flowers` as a user's own data would be: the pipeline and the model are named after it.
+`flowers` as a user's own data would be: the pipeline and the model are named after it. It is
+started as a shell starts a command (a session and process group of its own), and what it left
+running once it exited is recorded.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import secrets
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +22,7 @@ import pytest
 
 from components.run_summary import RunSummary
 from pipelines.datasets import export_digits
+from tests.conftest import RUN_DIR, CliResult
 
 pytestmark = pytest.mark.e2e
 FORCED_PRECISION = os.environ.get("MPTFX_TEST_PRECISION", "")
@@ -32,16 +39,67 @@ def user_data(tmp_path_factory) -> Path:
     return root
 
 
+# Set to a fresh token in the run's environment: every process it starts inherits it, even
+# one that leaves the run's session (a daemon), unless it clears its environment.
+RUN_MARKER = "MPTFX_TEST_RUN"
+# A process still exiting when the command has exited is given this long to go.
+GRACE_SECONDS = 10.0
+
+
+def _processes_left_by(session: int, token: str) -> list[str]:
+    """Every live process in `session` (its id is also the process group's) or carrying the
+    run's marker in its environment: pid and command line."""
+    marker = f"{RUN_MARKER}={token}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rpartition(")")[2].split()
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(
+                errors="replace").strip()
+        except OSError:  # exited meanwhile
+            continue
+        state, group, sid = fields[0], int(fields[2]), int(fields[3])
+        try:
+            marked = marker in (entry / "environ").read_bytes().split(b"\0")
+        except OSError:  # another user's process, or exited meanwhile
+            marked = False
+        if state != "Z" and (sid == session or group == session or marked):
+            found.append(f"pid {entry.name}: {cmdline}")
+    return found
+
+
+def _mptfx_from_a_shell(*args: str) -> tuple[CliResult, list[str]]:
+    """`mptfx ARGS` started as a shell starts a command, in a session and process group of
+    its own; its result, and what it left running once it exited."""
+    token = secrets.token_hex(8)
+    env = dict(os.environ, PYTHONUNBUFFERED="1", **{RUN_MARKER: token})
+    process = subprocess.Popen([sys.executable, "-m", "pipelines.cli", *args], cwd=RUN_DIR,
+                               env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, start_new_session=True)
+    try:
+        stdout, stderr = process.communicate(timeout=900)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, 9)
+            process.wait()
+    deadline = time.monotonic() + GRACE_SECONDS
+    while (left := _processes_left_by(process.pid, token)) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    return CliResult(process.returncode, stdout, stderr), left
+
+
 @pytest.fixture(scope="session")
-def digits_run(mptfx, user_data, tmp_path_factory):
+def digits_run(user_data, tmp_path_factory):
     workspace = tmp_path_factory.mktemp("workspace")
     # MPTFX_TEST_PRECISION=mixed_bfloat16: the bfloat16 path, as `auto` takes it on a CPU with
     # bfloat16 instructions, on any machine.
     forced = ["--set", f"trainer.precision={FORCED_PRECISION}"] if FORCED_PRECISION else []
-    result = mptfx("run", "--workspace", str(workspace), "--data", str(user_data), "--json",
-                   *forced)
+    result, left = _mptfx_from_a_shell("run", "--workspace", str(workspace), "--data",
+                                       str(user_data), "--json", *forced)
     assert result.returncode == 0, result.stderr[-3000:]
-    return workspace, result
+    return workspace, result, left
 
 
 def _eval_images(summary: RunSummary) -> tuple[np.ndarray, np.ndarray]:
@@ -59,7 +117,7 @@ def _eval_images(summary: RunSummary) -> tuple[np.ndarray, np.ndarray]:
 
 
 def test_run_completes_and_prints_progress_and_summary(digits_run, user_data):
-    workspace, result = digits_run
+    workspace, result, _ = digits_run
     summary = result.summary
     assert summary.status == "completed"
     assert set(summary.components) == set(COMPONENTS)
@@ -99,6 +157,12 @@ def test_run_completes_and_prints_progress_and_summary(digits_run, user_data):
         assert trainer.precision == expected and trainer.precision_reason == reason
     assert trainer.xla in ("off", False) and trainer.epochs == 15
     assert trainer.images_per_sec > 0 and trainer.strategy
+
+
+def test_the_run_leaves_no_process_running_once_it_has_exited(digits_run):
+    # Nothing of its session or process group, nor anything it started that left them.
+    left = digits_run[2]
+    assert left == [], f"`mptfx run` exited and left {len(left)} running:\n  " + "\n  ".join(left)
 
 
 def test_corrupt_files_are_quarantined_and_non_images_ignored_not_fatal(digits_run):

@@ -117,12 +117,10 @@ SAMPLES = {
         "input_size": [16, 16], "eval_images": 363}]}},
         "### Publication (16×16 input", "TF Lite fp16: 0.500× the fp32 size ≤ 0.52×."),
     "pipeline": ({"pipeline": {"command": "mptfx run --json", "status": "completed",
-                               "seconds": 31.0, "wall_seconds": 30.0, "standby": True,
-                               "cold_seconds": 70.0,
-                               "cold": {"components": {"Trainer": {"seconds": 25.0}}},
+                               "seconds": 31.0, "wall_seconds": 30.0,
                                "components": {"Trainer": {"status": "completed",
                                                           "seconds": 20.0}}}},
-                 "### Pipeline (`mptfx run --json`, warm: the standby ready: completed, "
+                 "### Pipeline (`mptfx run --json`: completed, "
                  "31.0 s process, 30.0 s in the run)", None),
     "stock_tfx": ({"stock_tfx": {"status": "ok", "mptfx_run_seconds": 30.0,
                                  "stock_tfx_seconds": 60.0, "ratio": 0.5,
