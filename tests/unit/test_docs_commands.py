@@ -106,3 +106,19 @@ def test_the_reference_pages_are_current():
         "run: python scripts/write_reference_docs.py"
     assert writer.CONFIG_PAGE.read_text() == writer.render_configuration(), \
         "run: python scripts/write_reference_docs.py"
+
+
+_LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
+
+
+def test_the_readme_is_read_in_five_minutes():
+    lines = (REPO / "README.md").read_text().splitlines()
+    assert len(lines) <= 200, f"README.md has {len(lines)} lines; the rest belongs in docs/"
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda page: str(page.relative_to(REPO)))
+def test_every_relative_link_reaches_a_file(page):
+    missing = [target for target in _LINK.findall(page.read_text())
+               if "://" not in target and not target.startswith("mailto:")
+               and not (page.parent / target).exists()]
+    assert missing == [], f"{page.relative_to(REPO)} links to missing {missing}"
