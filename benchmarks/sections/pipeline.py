@@ -8,7 +8,6 @@ summary it prints. `seconds` is its wall time from process start to exit.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -22,18 +21,18 @@ from components.run_summary import RunSummary, SummaryError
 MPTFX = [sys.executable, "-m", "pipelines.cli"]
 
 
-def _timed_run(ctx: Context, kind: str, env: dict[str, str]) -> dict[str, Any]:
+def _timed_run(ctx: Context) -> dict[str, Any]:
     """One `mptfx run --json` in a fresh workspace: its section fields."""
-    workspace = ctx.bench_dir / f"pipeline-{kind}"
+    workspace = ctx.bench_dir / "pipeline-run"
     shutil.rmtree(workspace, ignore_errors=True)  # nothing cached
-    log_path = ctx.bench_dir / "logs" / f"pipeline-{kind}.log"
+    log_path = ctx.bench_dir / "logs" / "pipeline-run.log"
     timeout = ctx.preset.pipeline_timeout_seconds
     started = time.monotonic()
     completed = None
     try:
         with open(log_path, "w") as log:
             completed = subprocess.run(
-                [*MPTFX, "run", "--json", "--workspace", str(workspace)], env=env,
+                [*MPTFX, "run", "--json", "--workspace", str(workspace)],
                 stdout=subprocess.PIPE, stderr=log, text=True, timeout=timeout,
             )
         summary = RunSummary.parse(json.loads(completed.stdout), "mptfx run --json")
@@ -62,7 +61,7 @@ class Pipeline(Section):
     def run(self, ctx: Context) -> None:
         ctx.say("  pipeline: mptfx run --json (default config, fresh workspace) ...")
         section: dict[str, Any] = {"command": "mptfx run --json --workspace <fresh folder>",
-                                   **_timed_run(ctx, "run", dict(os.environ))}
+                                   **_timed_run(ctx)}
         if section.get("error"):
             ctx.failures.append(f"pipeline: {section['error']}")
         elif section["status"] == "completed":

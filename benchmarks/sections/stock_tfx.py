@@ -82,10 +82,12 @@ class StockTfx(DataSection):
         if section.get("status") != "ok":
             return [f"Stock TFX pipeline: {section.get('status')}: {section.get('error')}", ""]
         ratio = section.get("ratio")
+        ours = (results.get("pipeline") or {}).get("components") or {}
+        counted = f" ({len(ours)} components)" if ours else ""
         return [
             "### Default `mptfx run` vs a stock TFX pipeline (same digits, model, epochs)", "",
             "| pipeline | wall seconds (process) |", "|---|---:|",
-            f"| mptfx run (10 components) | {number(section.get('mptfx_run_seconds'), 1)} |",
+            f"| mptfx run{counted} | {number(section.get('mptfx_run_seconds'), 1)} |",
             f"| stock TFX ({', '.join(section['components'])}) | "
             f"{number(section.get('stock_tfx_seconds'), 1)} |",
             "", f"ratio (mptfx / stock): {'n/a' if ratio is None else f'{ratio:.2f}'}", "",
