@@ -234,18 +234,24 @@ def test_a_truncated_log_file_is_skipped_with_one_line_naming_it(capfd, deployed
     assert f"version 1: {2 * images - last_call} images, no drift" in result.stdout
 
 
-def _runs(deployed: dict) -> list[RunSummary]:
-    return [RunSummary.read(p) for p in sorted(deployed["workspace"].glob("runs/*/summary.json"))]
+def _run_files(deployed: dict) -> set[Path]:
+    return set(deployed["workspace"].glob("runs/*/summary.json"))
+
+
+def _runs_since(deployed: dict, before: set[Path]) -> list[RunSummary]:
+    """The runs written after `before` was taken. Not by sorting run ids: two started in
+    the same second sort by their random suffix."""
+    return [RunSummary.read(p) for p in sorted(_run_files(deployed) - before)]
 
 
 def test_drift_without_a_new_span_is_reported_and_not_retrained(capfd, deployed, drifted_log):
-    before = len(_runs(deployed))
+    before = _run_files(deployed)
     result = monitor(capfd, deployed, drifted_log, "--set", "monitor.min_images=40",
                      "--retrain-on-drift", "--data", str(deployed["data"]))
     assert result.returncode == EXIT_DRIFT, result.stdout + result.stderr
     assert ("mptfx monitor: drift reported, not retrained: no new data since span 1"
             in result.stdout)
-    [skipped] = _runs(deployed)[before:]
+    [skipped] = _runs_since(deployed, before)
     assert skipped.status == "skipped" and skipped.components == {}
     assert skipped.trigger.kind == "drift" and "brightness" in skipped.trigger.features
     assert sorted(p.name for p in (deployed["workspace"] / "serving" / "digits").iterdir()
@@ -256,11 +262,11 @@ def test_drift_with_a_new_span_retrains_and_says_trigger_drift(capfd, deployed, 
     from mlflow import MlflowClient
 
     _add_span(deployed["data"], 2, deployed["every"])
-    before = len(_runs(deployed))
+    before = _run_files(deployed)
     result = monitor(capfd, deployed, drifted_log, "--set", "monitor.min_images=40",
                      "--retrain-on-drift", "--data", str(deployed["data"]))
     assert result.returncode == EXIT_DRIFT, result.stdout + result.stderr
-    [retrained] = _runs(deployed)[before:]
+    [retrained] = _runs_since(deployed, before)
     assert retrained.status == "completed", retrained.error
     assert retrained.spans == [2] and retrained.pushed.version == "2"
     trigger = retrained.trigger
