@@ -3,7 +3,8 @@
 The one place that spells it (docs/INTERFACES.md, "Ingest output"):
 
     <examples_uri>/labels.json                                {"label_names": [...]}
-    <examples_uri>/Split-<split>/data_tfrecord-00000-of-00001.gz    GZIP TFRecords
+    <examples_uri>/Split-<split>/data_tfrecord-00000-of-00004.gz    GZIP TFRecords, in
+                                                              shards of about data.shard_mb
 
 of `tf.train.Example` with the features named by the `*_KEY` constants below. A leaf:
 it imports nothing from mptfx, and TensorFlow only inside the functions that need it, so
@@ -24,7 +25,9 @@ import os
 from collections.abc import Sequence
 
 # The features of one tf.train.Example.
-IMAGE_KEY = "image"  # bytes: PNG; a volume's D slices stacked vertically ([D*H, W, C])
+IMAGE_KEY = "image"  # bytes: the file's own encoding (IMAGE_FORMAT_KEY); volumes: PNG of the
+#                      D slices stacked vertically ([D*H, W, C])
+IMAGE_FORMAT_KEY = "image_format"  # bytes: "jpeg", "png", "gif" or "bmp" (IMAGE_FORMATS)
 LABEL_KEY = "label"  # int64: the class index, the position of its name in label_names
 LABEL_NAME_KEY = "label_name"  # bytes: the class (folder) name
 HEIGHT_KEY = "height"  # int64: of the stored image
@@ -34,13 +37,19 @@ FILENAME_KEY = "filename"  # bytes: the path relative to the data root
 DEPTH_KEY = "depth"  # int64, volumes only: D
 MASK_KEY = "mask"  # int64 list, volumes only: the D*H*W voxel labels (0/1)
 
-# Split folders: TFX's own layout, `Split-<name>`, one GZIP shard each.
+# Split folders: TFX's own layout, `Split-<name>`, GZIP shards named as ExampleGen names them.
 TRAIN_SPLIT = "train"
 EVAL_SPLIT = "eval"
 SPLIT_DIR_PREFIX = "Split-"
 COMPRESSION = "GZIP"  # tf.io.TFRecordWriter options / TFRecordDataset compression_type
-SHARD_NAME = "data_tfrecord-00000-of-00001.gz"
 SHARD_PATTERN = "*.gz"
+# A shard being written ends in ".partial" (not matched by SHARD_PATTERN) until the split is
+# complete and it is renamed to its final `-of-<count>` name.
+PARTIAL_SUFFIX = ".partial"
+DEFAULT_SHARD_MB = 128.0  # data.shard_mb: serialized Example bytes per shard, about
+
+# The encodings the readers decode (tf.io.decode_image), by their magic bytes.
+IMAGE_FORMATS = {b"\xff\xd8\xff": "jpeg", b"\x89PNG": "png", b"GIF8": "gif", b"BM": "bmp"}
 
 # The class names, in label index order, beside the split folders.
 LABELS_FILE = "labels.json"
@@ -62,9 +71,35 @@ def split_pattern(examples_uri: str, split: str) -> str:
     return os.path.join(split_dir(examples_uri, split), SHARD_PATTERN)
 
 
-def shard_path(examples_uri: str, split: str) -> str:
-    """The one shard the Ingest writes for `split`."""
-    return os.path.join(split_dir(examples_uri, split), SHARD_NAME)
+def shard_name(index: int, count: int) -> str:
+    """`data_tfrecord-00002-of-00004.gz`: shard `index` (from 0) of `count`."""
+    return f"data_tfrecord-{index:05d}-of-{count:05d}.gz"
+
+
+def image_format_of(data: bytes) -> str:
+    """The IMAGE_FORMATS name of encoded image bytes.
+
+    Raises:
+        ValueError: when the bytes start with none of their signatures.
+    """
+    for magic, name in IMAGE_FORMATS.items():
+        if data.startswith(magic):
+            return name
+    raise ValueError(f"Not a JPEG, PNG, GIF or BMP. Received: first bytes {data[:8]!r}")
+
+
+def decode_image(encoded: object, channels: int) -> object:
+    """Stored image bytes (any of IMAGE_FORMATS) → uint8 `[h, w, channels]`.
+
+    The one decoder of the Trainer, the serving signature (and so the Evaluator) and TF
+    Lite's representative data, so each sees the same pixels. Gray files become RGB by
+    replicating the channel, as the Ingest does; a GIF gives its first frame.
+    """
+    import tensorflow as tf
+
+    image = tf.io.decode_image(encoded, channels=channels, expand_animations=False)
+    image.set_shape([None, None, channels])
+    return image
 
 
 def labels_path(examples_uri: str) -> str:

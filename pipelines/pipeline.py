@@ -170,6 +170,8 @@ def create_pipeline(
         max_bad_fraction=config.data.max_bad_fraction,
         max_pixels=config.data.max_pixels,
         max_file_mb=config.data.max_file_mb,
+        jpeg_quality=config.data.jpeg_quality,
+        shard_mb=config.data.shard_mb,
         # Part of the execution's inputs, so TFX's cache re-ingests exactly when files change.
         input_fingerprint=compute_input_fingerprint(data.root),
         span=data.span,

@@ -24,8 +24,10 @@ LABEL_NAMES = [str(d) for d in range(10)]
 EVAL_FRACTION = 0.2
 
 
-def write_digits_examples(root: str, count: int) -> str:
-    """Writes `count` real 8x8 digits with the Ingest's writer under root; returns the uri."""
+def write_digits_examples(root: str, count: int, shard_mb: float | None = None) -> str:
+    """Writes `count` real 8x8 digits with the Ingest's writer under root; returns the uri.
+    `shard_mb` (default: the Ingest's) sets the shard size, so a small one gives each split
+    several files."""
     import tensorflow as tf
     from sklearn.datasets import load_digits
 
@@ -43,7 +45,8 @@ def write_digits_examples(root: str, count: int) -> str:
     order = np.random.default_rng(0).permutation(len(images))[:count]
     num_eval = int(round(count * EVAL_FRACTION))
     uri = os.path.join(root, "examples")
-    with SplitWriters(uri, [EVAL_SPLIT, TRAIN_SPLIT]) as writers:
+    sizes = {} if shard_mb is None else {"shard_mb": shard_mb}
+    with SplitWriters(uri, [EVAL_SPLIT, TRAIN_SPLIT], **sizes) as writers:
         for split, indices in ((EVAL_SPLIT, order[:num_eval]), (TRAIN_SPLIT, order[num_eval:])):
             for i in indices:
                 label = int(digits.target[i])

@@ -108,6 +108,12 @@ class DataSection(TrainerDataSection):
     # The default is Pillow's decompression-bomb threshold.
     max_pixels: int = Field(89_478_485, ge=1)
     max_file_mb: float = Field(100.0, gt=0)
+    # Each file's own bytes are stored; only an image whose pixels change (image_size, alpha,
+    # RGB stored as gray) is re-encoded: JPEG at this quality for JPEG files, PNG otherwise.
+    jpeg_quality: int = Field(95, ge=1, le=100)
+    # Each split is written as GZIP TFRecord shards of about this many MB (TFX's ExampleGen
+    # shards too): parallel reads, and a multi-worker Trainer gives each worker its own files.
+    shard_mb: float = Field(128.0, gt=0)
 
     @field_validator("source")
     @classmethod

@@ -22,6 +22,7 @@ from tfx.proto import example_gen_pb2
 from tfx.types import artifact_utils, standard_artifacts
 from tfx.types.artifact import Artifact
 
+from components.examples_format import DEFAULT_SHARD_MB
 from components.ingest.headers import DEFAULT_MAX_FILE_MB, DEFAULT_MAX_PIXELS, SizeLimits
 from components.ingest.ingest import QUARANTINE_FILE, ingest
 from components.ingest.reader import parse_image_size
@@ -58,6 +59,8 @@ def ImageExampleGen(  # noqa: N802 (TFX names components like classes)
     span_dirs: Parameter[str] = "[]",
     max_pixels: Parameter[int] = DEFAULT_MAX_PIXELS,
     max_file_mb: Parameter[float] = DEFAULT_MAX_FILE_MB,
+    jpeg_quality: Parameter[int] = 95,
+    shard_mb: Parameter[float] = DEFAULT_SHARD_MB,
 ) -> None:
     """Ingest an image-folder tree or a folder of tf.Example TFRecords into `examples`.
 
@@ -77,6 +80,8 @@ def ImageExampleGen(  # noqa: N802 (TFX names components like classes)
             rolling window); `[]` ingests `data_root` itself.
         max_pixels: quarantine, without decoding, an image whose header has more pixels.
         max_file_mb: quarantine, without reading it, a larger file.
+        jpeg_quality: quality of the JPEGs that must be re-encoded (resized, alpha, gray).
+        shard_mb: about this many MB of serialized Examples per TFRecord shard.
     """
     ratios = parse_split_ratios(splits)
     ingest(
@@ -91,6 +96,8 @@ def ImageExampleGen(  # noqa: N802 (TFX names components like classes)
         failure_report_path=_failure_report_path(quarantine.uri),
         span_dirs=json.loads(span_dirs),
         limits=SizeLimits(max_pixels, max_file_mb),
+        jpeg_quality=jpeg_quality,
+        shard_mb=shard_mb,
     )
     examples.split_names = artifact_utils.encode_split_names(list(ratios))
     examples.span = span

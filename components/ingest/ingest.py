@@ -7,7 +7,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from components.examples_format import LABEL_NAMES_FIELD, labels_path
+from components.examples_format import DEFAULT_SHARD_MB, LABEL_NAMES_FIELD, labels_path
 from components.faults import fault_point
 from components.ingest.errors import DataError
 from components.ingest.headers import SizeLimits
@@ -94,11 +94,15 @@ def ingest(
     failure_report_path: str | None = None,
     span_dirs: Sequence[str] = (),
     limits: SizeLimits | None = None,
+    jpeg_quality: int = 95,
+    shard_mb: float = DEFAULT_SHARD_MB,
 ) -> IngestResult:
     """Ingest `data_root` (class folders or TFRecords) into `examples_dir` (the Examples URI).
 
-    Writes `<examples_dir>/Split-<name>/data_tfrecord-00000-of-00001.gz`,
-    `<examples_dir>/labels.json` and the quarantine report at `report_path`. Images over
+    Writes `<examples_dir>/Split-<name>/data_tfrecord-<i>-of-<n>.gz` (shards of about
+    `shard_mb` MB), `<examples_dir>/labels.json` and the quarantine report at
+    `report_path`. Each image keeps its file's bytes unless its pixels must change
+    (`reader.py`); re-encoded JPEGs use `jpeg_quality`. Images over
     `limits` (header pixels, file size) are quarantined without being decoded. When the run
     fails for too many bad files, the report is also copied to `failure_report_path`
     (somewhere the orchestrator does not delete with the failed outputs).
@@ -114,7 +118,7 @@ def ingest(
     assign_split = SplitAssigner(parse_split_ratios(splits))
     # Build the policy now so a bad option fails before any slow work; channels come later.
     resolve_channels(channels, [])
-    policy = ImagePolicy(3, image_size, resize_method)
+    policy = ImagePolicy(3, image_size, resize_method, jpeg_quality)
     source = _open_source(data_root, span_dirs, limits)
     logger.info("Ingest started: %d files from %s", len(source), source.description)
 
@@ -125,7 +129,7 @@ def ingest(
     else:
         policy = replace(policy, channels=int(channels))
 
-    counts, bad = _write_examples(source, policy, assign_split, examples_dir)
+    counts, bad, stats = _write_examples(source, policy, assign_split, examples_dir, shard_mb)
     write_json(labels_path(examples_dir), {LABEL_NAMES_FIELD: source.label_names})
     report = _quarantine_report(len(source), bad, max_bad_fraction, source.ignored)
     report["split_counts"] = counts
@@ -140,7 +144,7 @@ def ingest(
             f"split '{empty[0]}' is empty after hashing {len(source) - len(bad)} usable files "
             f"from {data_root} into {counts}; add data or raise its ratio"
         )
-    _log_summary(counts, bad, policy.channels, time.monotonic() - started)
+    _log_summary(counts, bad, policy.channels, time.monotonic() - started, stats)
     return IngestResult(counts, len(source), bad, source.label_names, policy.channels, report_path)
 
 
@@ -149,14 +153,17 @@ def _write_examples(
     policy: ImagePolicy,
     assign_split: SplitAssigner,
     examples_dir: str,
-) -> tuple[dict[str, int], list[dict[str, str]]]:
-    """Write every usable element to its split; returns split counts and quarantined files."""
+    shard_mb: float,
+) -> tuple[dict[str, int], list[dict[str, str]], dict[str, object]]:
+    """Write every usable element to its split; returns split counts, quarantined files,
+    and the shard counts and number of re-encoded images."""
     bad: list[dict[str, str]] = []
+    reencoded = 0
     # The decoded stream is the items' index order minus the failures, so walking both
     # together tells exactly which items failed.
     decoded_images = decode_images(source.dataset(), policy)
     next_image = next(decoded_images, None)
-    with SplitWriters(examples_dir, assign_split.names) as writers:
+    with SplitWriters(examples_dir, assign_split.names, shard_mb) as writers:
         for index, item in enumerate(source.items()):
             image = None
             if next_image is not None and next_image.index == index:
@@ -165,23 +172,29 @@ def _write_examples(
             if reason:
                 bad.append({"path": item.path, "reason": reason})
                 continue
+            reencoded += image.reencoded
             example = build_example(image, item.label, item.label_name, item.filename, item.example)
             writers.write(assign_split(item.split_key), example)
             if index == len(source) // 2:
                 fault_point("ingest")
-    return dict(writers.counts), bad
+    return dict(writers.counts), bad, {"shards": writers.shard_counts(), "reencoded": reencoded}
 
 
 def _log_summary(
-    counts: dict[str, int], bad: list[dict[str, str]], channels: int, seconds: float
+    counts: dict[str, int], bad: list[dict[str, str]], channels: int, seconds: float,
+    stats: dict[str, object],
 ) -> None:
     per_split = " ".join(f"{name}={count}" for name, count in counts.items())
+    shards = " ".join(f"{name}={count}" for name, count in stats["shards"].items())
     quarantined = ", ".join(entry["path"] for entry in bad[:_NAMED_IN_ERRORS])
     logger.info(
-        "Ingest finished in %.1f s: %s (channels=%d); quarantined %d%s",
+        "Ingest finished in %.1f s: %s in shards %s (channels=%d, %d re-encoded, the rest "
+        "kept as their files' bytes); quarantined %d%s",
         seconds,
         per_split,
+        shards,
         channels,
+        stats["reencoded"],
         len(bad),
         f": {quarantined}" if bad else "",
     )

@@ -1,4 +1,10 @@
-"""Decode images with tf.data: bytes → uint8 image → channel policy → size policy → PNG.
+"""Validate images with tf.data, and keep each file's own bytes unless its pixels must change.
+
+bytes → decode (to validate, and to read the shape) → the file's bytes as they are; only an
+image whose stored pixels differ from the file's (alpha composited onto white, RGB turned
+gray, a `data.image_size` resize) is re-encoded: JPEG (`jpeg_quality`) when the file was a
+JPEG, PNG otherwise. A JPEG photo stays the JPEG the camera wrote, as TFX's ExampleGen and
+ImageNet's conversion scripts keep it.
 
 Every pipeline here takes a dataset of `(index, encoded image bytes)` and drops the elements
 that fail with `Dataset.ignore_errors`, which keeps the parallel map fast but forgets why an
@@ -38,8 +44,13 @@ class ImagePolicy:
     channels: int = 3
     image_size: tuple[int, int] | None = None
     resize_method: str = "stretch"
+    jpeg_quality: int = 95  # for the JPEGs that must be re-encoded (data.jpeg_quality)
 
     def __post_init__(self) -> None:
+        if not 1 <= self.jpeg_quality <= 100:
+            raise ValueError(
+                f"jpeg_quality must be in [1, 100]. Received: jpeg_quality={self.jpeg_quality!r}"
+            )
         if self.channels not in (1, 3):
             raise ValueError(f"channels must be 1 or 3. Received: channels={self.channels!r}")
         if self.resize_method not in RESIZE_METHODS:
@@ -51,13 +62,15 @@ class ImagePolicy:
 
 @dataclass(frozen=True)
 class DecodedImage:
-    """One successfully decoded image, ready to store."""
+    """One successfully decoded image, ready to store: `encoded` is the file's own bytes, or
+    its re-encoding when `reencoded`."""
 
     index: int
-    png: bytes
+    encoded: bytes
     height: int
     width: int
     channels: int
+    reencoded: bool = False
 
 
 def parse_image_size(text: str) -> tuple[int, int] | None:
@@ -154,35 +167,59 @@ def _resize(pixels: tf.Tensor, policy: ImagePolicy) -> tf.Tensor:
     return tf.image.resize(pixels, [height, width], method="bilinear", antialias=True)
 
 
-def _convert(decoded: tf.Tensor, policy: ImagePolicy) -> tuple[tf.Tensor, tf.Tensor]:
-    """Decoded uint8 image → (PNG bytes, stored shape)."""
+def _pixels(decoded: tf.Tensor, policy: ImagePolicy) -> tf.Tensor:
+    """Decoded uint8 image → the stored pixels (channels, then size, of the policy)."""
     image = _to_channels(_drop_alpha(decoded), policy.channels)
     if policy.image_size is not None:
         resized = _resize(tf.cast(image, tf.float32), policy)
         image = tf.cast(tf.clip_by_value(tf.round(resized), 0.0, 255.0), tf.uint8)
-    return tf.io.encode_png(image), tf.shape(image, out_type=tf.int64)
+    return image
 
 
-def _to_png(data: tf.Tensor, policy: ImagePolicy) -> tuple[tf.Tensor, tf.Tensor]:
-    """Encoded bytes → (PNG bytes, stored shape)."""
-    return _convert(_decode(data), policy)
+def _must_reencode(decoded: tf.Tensor, policy: ImagePolicy) -> tf.Tensor:
+    """True when the readers' `decode_image(bytes, channels)` would not give the stored pixels:
+    alpha (readers drop it, the ingest composites it onto white), RGB stored as gray (the
+    ingest's rounding, not the codec's), or a resize. Gray files stored as RGB are kept: the
+    codecs replicate the gray channel exactly as the ingest does."""
+    if policy.image_size is not None:
+        return tf.constant(True)
+    native = tf.shape(decoded)[-1]
+    has_alpha = native % 2 == 0
+    return tf.logical_or(has_alpha, tf.logical_and(policy.channels == 1, native >= 3))
+
+
+def _encode(data: tf.Tensor, policy: ImagePolicy) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+    """Encoded bytes → (bytes to store, stored shape, re-encoded?)."""
+    decoded = _decode(data)
+    image = _pixels(decoded, policy)
+    reencode = _must_reencode(decoded, policy)
+
+    def reencoded() -> tf.Tensor:
+        return tf.cond(
+            tf.io.is_jpeg(data),
+            lambda: tf.io.encode_jpeg(image, quality=policy.jpeg_quality),
+            lambda: tf.io.encode_png(image),
+        )
+
+    stored = tf.cond(reencode, reencoded, lambda: data)
+    return stored, tf.shape(image, out_type=tf.int64), reencode
 
 
 def decode_images(source: tf.data.Dataset, policy: ImagePolicy) -> Iterator[DecodedImage]:
-    """Decode, convert and PNG-encode each element; failures are skipped, order is kept."""
+    """Validate each element and yield the bytes to store; failures are skipped, order is kept."""
 
     def encode(index: tf.Tensor, data: tf.Tensor) -> tuple[tf.Tensor, ...]:
-        png, shape = _to_png(data, policy)
-        return index, png, shape
+        stored, shape, reencoded = _encode(data, policy)
+        return index, stored, shape, reencoded
 
     decoded = (
         source.map(encode, num_parallel_calls=tf.data.AUTOTUNE)
         .ignore_errors(log_warning=False)
         .prefetch(tf.data.AUTOTUNE)
     )
-    for index, png, shape in decoded.as_numpy_iterator():
+    for index, stored, shape, reencoded in decoded.as_numpy_iterator():
         height, width, channels = (int(side) for side in shape)
-        yield DecodedImage(int(index), png, height, width, channels)
+        yield DecodedImage(int(index), stored, height, width, channels, bool(reencoded))
 
 
 def _tf_message(error: tf.errors.OpError) -> str:
@@ -199,7 +236,7 @@ def describe_decode_failure(data: bytes, policy: ImagePolicy) -> str:
     except tf.errors.OpError as error:
         return f"{UNDECODABLE}: {_tf_message(error)}"
     try:
-        _convert(decoded, policy)  # the decoded pixels, not a second decode
+        _pixels(decoded, policy)  # the decoded pixels, not a second decode
     except tf.errors.OpError as error:
         return f"decoded but could not be converted: {_tf_message(error)}"
     return "dropped by the tf.data pipeline (it decodes on its own; please report this file)"

@@ -1,5 +1,11 @@
 """Write the Examples layout TFX's own ExampleGen writes (components/examples_format.py),
-plus labels.json and quarantine.json."""
+plus labels.json and quarantine.json.
+
+Each split is written as GZIP shards of about `shard_mb` MB of serialized Examples, so the
+Trainer reads several files in parallel and a multi-worker Trainer gives each worker its own
+files. A shard is written as `<name>.partial` and renamed to `data_tfrecord-<i>-of-<n>.gz`
+once its split is complete: a killed Ingest leaves no file a reader would take as whole.
+"""
 
 from __future__ import annotations
 
@@ -13,13 +19,18 @@ import tensorflow as tf
 from components.examples_format import (
     CHANNELS_KEY,
     COMPRESSION,
+    DEFAULT_SHARD_MB,
     FILENAME_KEY,
     HEIGHT_KEY,
+    IMAGE_FORMAT_KEY,
     IMAGE_KEY,
     LABEL_KEY,
     LABEL_NAME_KEY,
+    PARTIAL_SUFFIX,
     WIDTH_KEY,
-    shard_path,
+    image_format_of,
+    shard_name,
+    split_dir,
 )
 from components.ingest.reader import DecodedImage
 
@@ -47,7 +58,8 @@ def build_example(
     example = tf.train.Example()
     if base is not None:
         example.CopyFrom(base)
-    _set_bytes(example, IMAGE_KEY, image.png)
+    _set_bytes(example, IMAGE_KEY, image.encoded)
+    _set_bytes(example, IMAGE_FORMAT_KEY, image_format_of(image.encoded).encode("ascii"))
     _set_int(example, LABEL_KEY, label)
     _set_bytes(example, LABEL_NAME_KEY, label_name.encode("utf-8"))
     _set_int(example, HEIGHT_KEY, image.height)
@@ -58,26 +70,44 @@ def build_example(
 
 
 class SplitWriters:
-    """One GZIP TFRecord shard per split; counts what it wrote.
+    """GZIP TFRecord shards of about `shard_mb` MB per split; counts what it wrote.
 
-    >>> with SplitWriters(uri, ["train", "eval"]) as writers:
+    >>> with SplitWriters(uri, ["train", "eval"], shard_mb=128) as writers:
     ...     writers.write("train", example)
     """
 
-    def __init__(self, examples_dir: str, split_names: Iterable[str]):
+    def __init__(self, examples_dir: str, split_names: Iterable[str],
+                 shard_mb: float = DEFAULT_SHARD_MB):
+        if not shard_mb > 0:
+            raise ValueError(f"shard_mb must be > 0. Received: shard_mb={shard_mb!r}")
         self.counts = {name: 0 for name in split_names}
-        self._paths = {name: shard_path(examples_dir, name) for name in self.counts}
+        self._dirs = {name: split_dir(examples_dir, name) for name in self.counts}
+        self._shard_bytes = shard_mb * 2**20
         self._writers: dict[str, tf.io.TFRecordWriter] = {}
+        self._written: dict[str, float] = {}  # bytes in the split's open shard
+        self._partials: dict[str, list[str]] = {name: [] for name in self.counts}
 
     def __enter__(self) -> SplitWriters:
-        for name, path in self._paths.items():
-            tf.io.gfile.makedirs(os.path.dirname(path))
-            self._writers[name] = tf.io.TFRecordWriter(path, options=COMPRESSION)
+        for name, folder in self._dirs.items():
+            tf.io.gfile.makedirs(folder)
+            self._open_shard(name)
         return self
 
+    def _open_shard(self, split: str) -> None:
+        index = len(self._partials[split])
+        path = f"{self._dirs[split]}/shard-{index:05d}{PARTIAL_SUFFIX}"
+        self._partials[split].append(path)
+        self._writers[split] = tf.io.TFRecordWriter(path, options=COMPRESSION)
+        self._written[split] = 0
+
     def write(self, split: str, example: tf.train.Example) -> None:
-        """Append `example` to the shard of `split`."""
-        self._writers[split].write(example.SerializeToString())
+        """Append `example` to the open shard of `split`, starting a new one when full."""
+        record = example.SerializeToString()
+        if self._written[split] and self._written[split] + len(record) > self._shard_bytes:
+            self._writers[split].close()
+            self._open_shard(split)
+        self._writers[split].write(record)
+        self._written[split] += len(record)
         self.counts[split] += 1
 
     def __exit__(
@@ -88,6 +118,16 @@ class SplitWriters:
     ) -> None:
         for writer in self._writers.values():
             writer.close()
+        if exc_type is not None:
+            return  # the .partial files stay behind, matched by no reader
+        for split, partials in self._partials.items():
+            for index, path in enumerate(partials):
+                final = f"{self._dirs[split]}/{shard_name(index, len(partials))}"
+                tf.io.gfile.rename(path, final, overwrite=True)
+
+    def shard_counts(self) -> dict[str, int]:
+        """The number of shards of each split."""
+        return {split: len(partials) for split, partials in self._partials.items()}
 
 
 def write_json(path: str, content: dict) -> None:

@@ -16,6 +16,7 @@ from components.examples_format import (
     COMPRESSION,
     IMAGE_KEY,
     LABEL_KEY,
+    decode_image,
     parse_spec,
     split_pattern,
 )
@@ -50,7 +51,7 @@ def load_split_images(
         examples_uri: the Examples artifact's uri.
         split: split name, e.g. `"eval"` or `"train"`.
         input_size: `(height, width)` to resize to.
-        channels: channels to decode the PNGs to (1 or 3).
+        channels: channels to decode the stored images to (1 or 3).
         limit: read at most this many examples (in file order); None or 0 reads all.
 
     Returns:
@@ -65,7 +66,7 @@ def load_split_images(
 
     def decode(serialized: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         example = tf.io.parse_single_example(serialized, spec)
-        image = tf.io.decode_png(example[IMAGE_KEY], channels=channels)
+        image = decode_image(example[IMAGE_KEY], channels)  # the Trainer's own decoder
         image = tf.cast(image, tf.float32) / 255.0
         image = tf.image.resize(image, (height, width), method="bilinear")
         # Bilinear resizing stays within the input range except for float round-off.

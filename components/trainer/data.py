@@ -1,4 +1,12 @@
-"""tf.data input from the ingest Examples: GZIP TFRecords of tf.Example with PNG images.
+"""tf.data input from the ingest Examples: GZIP TFRecord shards of tf.Example whose images
+are their files' own bytes (JPEG, PNG, GIF, BMP; `examples_format.decode_image`).
+
+Reads interleave the shards; a multi-worker Trainer gives each worker its own shards when
+a split has at least as many files as workers (FILE sharding), else every worker reads all
+files and keeps its share of the examples (DATA), and the log says which. Training may
+augment (`trainer.augment`): a horizontal flip, or random-resized-crop (scale 0.08-1,
+aspect 3/4-4/3; JPEGs decode only the crop) then a flip. Evaluation and serving use the
+same deterministic resize.
 
 Training and serving share `preprocess_images` (and `preprocess_volumes`), so a served
 image goes through exactly the resize/normalisation the model was trained on.
@@ -15,10 +23,12 @@ Example:
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 
 import tensorflow as tf
 
+from components import examples_format
 from components.examples_format import (
     CHANNELS_KEY,
     COMPRESSION,
@@ -35,6 +45,12 @@ from components.examples_format import (
 from components.trainer.config import DEFAULT_CACHE_MAX_MB
 
 _SHUFFLE_BUFFER = 10_000  # examples; the digits set fits whole
+AUGMENTS = ("none", "flip", "crop_flip")
+# Random-resized-crop as the Keras and NVIDIA ResNet-50 references sample it.
+_CROP_AREA = (0.08, 1.0)
+_CROP_ASPECT = (3 / 4, 4 / 3)
+
+logger = logging.getLogger(__name__)
 
 
 def list_files(file_patterns: Sequence[str]) -> list[str]:
@@ -90,11 +106,9 @@ def count_examples(file_patterns: Sequence[str]) -> int:
 
 
 def decode_image(encoded: tf.Tensor, channels: int) -> tf.Tensor:
-    """Decodes one image (PNG per the contract; JPEG/GIF/BMP also work) to uint8
-    [h, w, channels], converting gray <-> RGB as needed."""
-    image = tf.io.decode_image(encoded, channels=channels, expand_animations=False)
-    image.set_shape([None, None, channels])
-    return image
+    """Decodes one stored image (JPEG, PNG, GIF or BMP) to uint8 [h, w, channels]: the
+    Examples format's own decoder (`examples_format.decode_image`)."""
+    return examples_format.decode_image(encoded, channels)
 
 
 def preprocess_images(images: tf.Tensor, input_size: Sequence[int]) -> tf.Tensor:
@@ -102,6 +116,58 @@ def preprocess_images(images: tf.Tensor, input_size: Sequence[int]) -> tf.Tensor
     images = tf.image.convert_image_dtype(images, tf.float32)
     images = tf.image.resize(images, [int(input_size[0]), int(input_size[1])])
     return tf.clip_by_value(images, 0.0, 1.0)
+
+
+def random_resized_crop(encoded: tf.Tensor, channels: int, seed: int) -> tf.Tensor:
+    """A random crop of the stored image (area 8-100 %, aspect 3/4-4/3) as uint8 [h, w, c].
+
+    A JPEG decodes only the crop (`decode_and_crop_jpeg`); other formats decode, then slice.
+    """
+    whole = tf.constant([[[0.0, 0.0, 1.0, 1.0]]])
+
+    def window(shape: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        begin, size, _ = tf.image.sample_distorted_bounding_box(
+            shape, whole, seed=seed, min_object_covered=0.0,
+            aspect_ratio_range=_CROP_ASPECT, area_range=_CROP_AREA, max_attempts=10,
+            use_image_if_no_bounding_boxes=True)
+        return begin, size
+
+    def jpeg() -> tf.Tensor:
+        begin, size = window(tf.image.extract_jpeg_shape(encoded))
+        crop = tf.stack([begin[0], begin[1], size[0], size[1]])
+        return tf.io.decode_and_crop_jpeg(encoded, crop, channels=channels)
+
+    def other() -> tf.Tensor:
+        image = decode_image(encoded, channels)
+        begin, size = window(tf.shape(image))
+        return tf.slice(image, begin, size)
+
+    if channels not in (1, 3):
+        return other()
+    image = tf.cond(tf.io.is_jpeg(encoded), jpeg, other)
+    image.set_shape([None, None, channels])
+    return image
+
+
+def check_augment(augment: str) -> str:
+    """`augment` if it is one of AUGMENTS.
+
+    Raises:
+        ValueError: naming trainer.augment otherwise.
+    """
+    if augment not in AUGMENTS:
+        raise ValueError(f"trainer.augment must be one of {list(AUGMENTS)}. "
+                         f"Received: augment={augment!r}")
+    return augment
+
+
+def worker_files(files: Sequence[str], workers: tuple[int, int] | None) -> list[str] | None:
+    """The files worker `index` of `count` reads alone (`workers=(count, index)`), or None
+    when every worker must read all of them (one worker, or fewer files than workers)."""
+    if workers is None or workers[0] <= 1 or len(files) < workers[0]:
+        return None
+    count, index = workers
+    return list(files[index::count])
 
 
 def preprocess_volumes(stacked: tf.Tensor, depth: int) -> tf.Tensor:
@@ -124,6 +190,8 @@ def make_dataset(
     num_examples: int | None = None,
     repeat: bool = False,
     cache_max_mb: float = DEFAULT_CACHE_MAX_MB,
+    augment: str = "none",
+    workers: tuple[int, int] | None = None,
 ) -> tf.data.Dataset:
     """Returns batches of (float32 images [b, H, W, C] in [0, 1], int64 labels [b]).
 
@@ -141,19 +209,33 @@ def make_dataset(
             at most this many MB, they are decoded once and kept in memory, and later
             epochs only shuffle and batch them; otherwise every epoch reads and decodes
             the files again. 0 never caches.
+        augment: training only (`shuffle=True`): "none", "flip" (random horizontal flip)
+            or "crop_flip" (random-resized-crop, then flip; never cached).
+        workers: `(count, index)` of a multi-worker Trainer: see `worker_files`.
     """
     if channels not in (1, 3, 4):
         raise ValueError(f"channels must be 1, 3 or 4. Received: channels={channels}")
+    augment = check_augment(augment) if shuffle else "none"
     spec = parse_spec()
+    size = [int(input_size[0]), int(input_size[1])]
 
     def parse(serialized: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         features = tf.io.parse_single_example(serialized, spec)
-        image = decode_image(features[IMAGE_KEY], channels)
-        return preprocess_images(image, input_size), features[LABEL_KEY]
+        if augment == "crop_flip":
+            image = random_resized_crop(features[IMAGE_KEY], channels, seed)
+        else:
+            image = decode_image(features[IMAGE_KEY], channels)
+        return preprocess_images(image, size), features[LABEL_KEY]
 
-    example_bytes = 4 * int(input_size[0]) * int(input_size[1]) * channels + 8
+    def flip(image: tf.Tensor, label: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        return tf.image.random_flip_left_right(image, seed=seed), label
+
+    example_bytes = 4 * size[0] * size[1] * channels + 8
+    if augment == "crop_flip":
+        cache_max_mb = 0  # a new crop every epoch
     return _batched(file_patterns, parse, example_bytes, batch_size, shuffle, seed,
-                    num_examples, repeat, cache_max_mb)
+                    num_examples, repeat, cache_max_mb,
+                    augment=flip if augment != "none" else None, workers=workers)
 
 
 def make_volume_dataset(
@@ -166,6 +248,7 @@ def make_volume_dataset(
     num_examples: int | None = None,
     repeat: bool = False,
     cache_max_mb: float = DEFAULT_CACHE_MAX_MB,
+    workers: tuple[int, int] | None = None,
 ) -> tf.data.Dataset:
     """Returns batches of (float32 volumes [b, D, H, W, C] in [0, 1], float32 masks
     [b, D, H, W, 1] of 0/1); the other arguments are those of `make_dataset`."""
@@ -182,7 +265,7 @@ def make_volume_dataset(
 
     example_bytes = 4 * depth * height * width * (channels + 1)
     return _batched(file_patterns, parse, example_bytes, batch_size, shuffle, seed,
-                    num_examples, repeat, cache_max_mb)
+                    num_examples, repeat, cache_max_mb, workers=workers)
 
 
 def _batched(
@@ -195,21 +278,38 @@ def _batched(
     num_examples: int | None,
     repeat: bool,
     cache_max_mb: float,
+    augment: Callable[[tf.Tensor, tf.Tensor], tuple[tf.Tensor, tf.Tensor]] | None = None,
+    workers: tuple[int, int] | None = None,
 ) -> tf.data.Dataset:
-    """Read -> (cache: parse once, keep in memory ->) shuffle -> repeat -> parse -> batch.
+    """Read -> (cache: parse once, keep in memory ->) shuffle -> repeat -> parse -> augment
+    -> batch.
 
     The cache is used when `num_examples` parsed examples of `example_bytes` each fit in
     `cache_max_mb`. Without it the serialized records are shuffled (cheap to hold) and
     parsed every epoch; with it the decoded examples are shuffled, so each epoch still sees
-    a new order.
+    a new order. A worker that reads only its own files counts their examples itself.
     """
     if cache_max_mb < 0:
         raise ValueError(f"cache_max_mb must be >= 0. Received: cache_max_mb={cache_max_mb}")
+    files = list_files(file_patterns)
+    own_files = worker_files(files, workers)
+    policy = tf.data.experimental.AutoShardPolicy.DATA
+    if workers is not None and workers[0] > 1:
+        how = "FILE" if own_files is not None else "DATA"
+        logger.info(
+            "Multi-worker input: %d files for %d workers, sharded by %s: worker %d reads %s",
+            len(files), workers[0], how, workers[1],
+            f"{len(own_files)} of them" if own_files is not None
+            else f"every file and keeps 1/{workers[0]} of the examples")
+    if own_files is not None:
+        files = own_files
+        num_examples = count_examples(files)
+        policy = tf.data.experimental.AutoShardPolicy.OFF  # already this worker's share
     cache = num_examples is not None and num_examples * example_bytes <= cache_max_mb * 2**20
     dataset = tf.data.TFRecordDataset(
-        list_files(file_patterns),
+        files,
         compression_type=COMPRESSION,
-        num_parallel_reads=tf.data.AUTOTUNE,
+        num_parallel_reads=min(len(files), 16) if len(files) > 1 else None,
     )
     if num_examples is not None:
         dataset = dataset.apply(tf.data.experimental.assert_cardinality(num_examples))
@@ -221,8 +321,11 @@ def _batched(
         dataset = dataset.repeat()
     if not cache:
         dataset = dataset.map(parse, num_parallel_calls=tf.data.AUTOTUNE)
+    if augment is not None:
+        dataset = dataset.map(augment, num_parallel_calls=tf.data.AUTOTUNE)
     dataset = dataset.batch(batch_size).prefetch(tf.data.AUTOTUNE)
-    # The ingest writes one file per split: shard by element, not by file, across workers.
     options = tf.data.Options()
-    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+    options.experimental_distribute.auto_shard_policy = policy
+    # Training order is random anyway: let the parallel map hand out whatever is ready.
+    options.deterministic = not shuffle
     return dataset.with_options(options)

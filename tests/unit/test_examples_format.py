@@ -22,6 +22,7 @@ from components.examples_format import (
     EVAL_SPLIT,
     FILENAME_KEY,
     HEIGHT_KEY,
+    IMAGE_FORMAT_KEY,
     IMAGE_KEY,
     LABEL_KEY,
     LABEL_NAME_KEY,
@@ -71,10 +72,13 @@ def test_the_ingest_writes_the_documented_files_and_features(ingested):
     shard = tf.io.gfile.glob(split_pattern(uri, TRAIN_SPLIT))[0]
     record = next(iter(tf.data.TFRecordDataset(shard, compression_type="GZIP")))
     features = tf.train.Example.FromString(record.numpy()).features.feature
-    documented = {"image", "label", "label_name", "height", "width", "channels", "filename"}
+    documented = {"image", "image_format", "label", "label_name", "height", "width",
+                  "channels", "filename"}
     assert set(features) == documented == {
-        IMAGE_KEY, LABEL_KEY, LABEL_NAME_KEY, HEIGHT_KEY, WIDTH_KEY, CHANNELS_KEY, FILENAME_KEY
+        IMAGE_KEY, IMAGE_FORMAT_KEY, LABEL_KEY, LABEL_NAME_KEY, HEIGHT_KEY, WIDTH_KEY,
+        CHANNELS_KEY, FILENAME_KEY
     }
+    assert features[IMAGE_FORMAT_KEY].bytes_list.value == [b"png"]
     assert COMPRESSION == "GZIP" and sum(result.split_counts.values()) == 3 * PER_CLASS
 
 

@@ -12,6 +12,7 @@ import pytest
 import tensorflow as tf
 from PIL import Image
 
+from components.examples_format import decode_image
 from components.ingest.errors import DataError
 from components.ingest.ingest import ingest
 from components.ingest.listing import (
@@ -47,9 +48,9 @@ def _image_tree(root: Path, per_class: int = 6, classes=("cat", "dog"), mode="L"
 
 def _read_split(examples_dir: Path, split: str) -> list[dict]:
     """Every stored example of `split` as a dict of Python values."""
-    shard = examples_dir / f"Split-{split}" / "data_tfrecord-00000-of-00001.gz"
+    shards = sorted(str(path) for path in (examples_dir / f"Split-{split}").glob("*.gz"))
     rows = []
-    for record in tf.data.TFRecordDataset(str(shard), compression_type="GZIP"):
+    for record in tf.data.TFRecordDataset(shards, compression_type="GZIP"):
         feature = tf.train.Example.FromString(record.numpy()).features.feature
         rows.append(
             {
@@ -215,9 +216,17 @@ def test_mixed_gray_rgb_rgba_of_different_sizes_become_rgb(tmp_path):
     assert result.channels == 3 and len(rows) == 5
     by_name = {row["filename"].decode(): row for row in rows}
     for row in rows:
-        pixels = tf.io.decode_png(row["image"]).numpy()
+        # What the Trainer, the serving signature and TF Lite decode the stored bytes with.
+        pixels = decode_image(row["image"], row["channels"]).numpy()
         assert pixels.shape == (row["height"], row["width"], 3) and row["channels"] == 3
     assert (by_name["a/gray.png"]["height"], by_name["a/gray.png"]["width"]) == (5, 7)
+    # Each file keeps its own bytes and format; only the one with alpha is re-encoded (PNG).
+    assert {name: row["image_format"] for name, row in by_name.items()} == {
+        "a/gray.png": b"png", "a/rgb.jpg": b"jpeg", "b/pal.gif": b"gif", "b/bmp.bmp": b"bmp",
+        "b/clear.png": b"png"}
+    for name in ("a/gray.png", "a/rgb.jpg", "b/pal.gif", "b/bmp.bmp"):
+        assert by_name[name]["image"] == (root / name).read_bytes()
+    assert by_name["b/clear.png"]["image"] != (root / "b" / "clear.png").read_bytes()
     assert tf.io.decode_png(by_name["b/clear.png"]["image"]).numpy().min() == 255
     assert {name: row["label_name"] for name, row in by_name.items()}["b/pal.gif"] == b"b"
 
