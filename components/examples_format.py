@@ -93,11 +93,29 @@ def decode_image(encoded: object, channels: int) -> object:
 
     The one decoder of the Trainer, the serving signature (and so the Evaluator) and TF
     Lite's representative data, so each sees the same pixels. Gray files become RGB by
-    replicating the channel, as the Ingest does; a GIF gives its first frame.
+    replicating the channel, as the Ingest does; a GIF gives its first frame. GIF and BMP
+    (whose TensorFlow decoders give RGB only) become gray with `rgb_to_grayscale`.
     """
     import tensorflow as tf
 
-    image = tf.io.decode_image(encoded, channels=channels, expand_animations=False)
+    def codec() -> tf.Tensor:
+        return tf.io.decode_image(encoded, channels=channels, expand_animations=False)
+
+    if channels == 3:  # every codec decodes to RGB itself
+        image = codec()
+    else:
+        # TensorFlow's GIF and BMP decoders give only RGB (BMP also RGBA): convert from it.
+        def from_rgb() -> tf.Tensor:
+            rgb = tf.io.decode_image(encoded, channels=3, expand_animations=False)
+            if channels == 1:
+                return tf.image.rgb_to_grayscale(rgb)
+            return tf.concat([rgb, tf.fill(tf.concat([tf.shape(rgb)[:2], [1]], 0),
+                                           tf.constant(255, tf.uint8))], axis=-1)
+
+        head = tf.strings.substr(encoded, 0, 3)
+        rgb_only = tf.logical_or(tf.equal(head, b"GIF"),
+                                 tf.equal(tf.strings.substr(encoded, 0, 2), b"BM"))
+        image = tf.cond(rgb_only, from_rgb, codec)
     image.set_shape([None, None, channels])
     return image
 

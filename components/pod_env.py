@@ -78,6 +78,18 @@ def cluster_size(tf_config: Mapping[str, Any]) -> int:
     return sum(len(cluster.get(role) or []) for role in ("chief", "worker"))
 
 
+def worker_position(tf_config: Mapping[str, Any]) -> tuple[int, int] | None:
+    """`(count, index)` of this task among the cluster's chief and workers (the chief
+    first, then the workers in order), or None without a cluster of more than one."""
+    count = cluster_size(tf_config)
+    task = tf_config.get("task") or {}
+    if count <= 1 or task.get("type") not in ("chief", "worker"):
+        return None
+    chiefs = len((tf_config.get("cluster") or {}).get("chief") or [])
+    index = int(task.get("index", 0)) + (chiefs if task["type"] == "worker" else 0)
+    return count, index
+
+
 def build_tf_config(worker_hosts: list[str], index: int) -> dict[str, Any]:
     """TF_CONFIG for task `index` of a cluster of workers (worker 0 is the chief).
 

@@ -127,7 +127,13 @@ def _main(spec_path: str) -> None:
         spec = json.load(f)
     if spec.get("tf_config"):
         os.environ["TF_CONFIG"] = json.dumps(spec["tf_config"])
+    import logging
+
     import tensorflow as tf
+
+    # As pipelines/local_runner.py runs a component: its log at INFO.
+    logging.basicConfig(level=logging.INFO)
+    logging.getLogger("absl").setLevel(logging.INFO)
 
     if spec.get("logical_cpus", 1) > 1:
         (cpu,) = tf.config.list_physical_devices("CPU")

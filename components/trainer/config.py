@@ -125,6 +125,10 @@ class TrainerSection(StrictSection):
     # Decode the examples once and keep them in memory when they take at most this many MB
     # (float32 after resizing); 0 = read and decode the files every epoch.
     cache_max_mb: int = Field(DEFAULT_CACHE_MAX_MB, ge=0)
+    # Training images only: none; flip (random horizontal flip); crop_flip (random-resized-
+    # crop, area 8-100 %, then a flip: the ResNet-50 recipe for photos); auto = crop_flip for
+    # the built-in resnet50 on 3-channel images, else none.
+    augment: Literal["auto", "none", "flip", "crop_flip"] = "auto"
     # Under mixed_float16: "float32" keeps LSTM/GRU/SimpleRNN layers in float32 (a per-layer
     # policy); "policy" leaves them in float16 (with a warning naming them).
     recurrent_precision: Literal["policy", "float32"] = "policy"

@@ -23,10 +23,10 @@ Example:
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Sequence
 
 import tensorflow as tf
+from absl import logging
 
 from components import examples_format
 from components.examples_format import (
@@ -49,8 +49,6 @@ AUGMENTS = ("none", "flip", "crop_flip")
 # Random-resized-crop as the Keras and NVIDIA ResNet-50 references sample it.
 _CROP_AREA = (0.08, 1.0)
 _CROP_ASPECT = (3 / 4, 4 / 3)
-
-logger = logging.getLogger(__name__)
 
 
 def list_files(file_patterns: Sequence[str]) -> list[str]:
@@ -159,6 +157,14 @@ def check_augment(augment: str) -> str:
         raise ValueError(f"trainer.augment must be one of {list(AUGMENTS)}. "
                          f"Received: augment={augment!r}")
     return augment
+
+
+def resolve_augment(augment: str, model_name: str, channels: int) -> str:
+    """trainer.augment as trained: "auto" is crop_flip for the built-in resnet50 on 3-channel
+    images (photos), else none; any other value as given (checked)."""
+    if augment == "auto":
+        return "crop_flip" if model_name == "resnet50" and channels == 3 else "none"
+    return check_augment(augment)
 
 
 def worker_files(files: Sequence[str], workers: tuple[int, int] | None) -> list[str] | None:
@@ -296,7 +302,7 @@ def _batched(
     policy = tf.data.experimental.AutoShardPolicy.DATA
     if workers is not None and workers[0] > 1:
         how = "FILE" if own_files is not None else "DATA"
-        logger.info(
+        logging.info(
             "Multi-worker input: %d files for %d workers, sharded by %s: worker %d reads %s",
             len(files), workers[0], how, workers[1],
             f"{len(own_files)} of them" if own_files is not None
@@ -326,6 +332,5 @@ def _batched(
     dataset = dataset.batch(batch_size).prefetch(tf.data.AUTOTUNE)
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = policy
-    # Training order is random anyway: let the parallel map hand out whatever is ready.
-    options.deterministic = not shuffle
+    # deterministic stays on (TensorFlow's default): the same seed gives the same order.
     return dataset.with_options(options)

@@ -90,6 +90,8 @@ def fit_model(
     train_dataset, eval_dataset, train_examples, eval_examples = _datasets(
         fn_args, task, runtime, seed, repeat=runtime.multi_worker,
         cache_max_mb=float(trainer.cache_max_mb),
+        augment=data_lib.resolve_augment(trainer.augment, task.model_name, task.channels),
+        workers=pod_env.worker_position(tf_config) if runtime.multi_worker else None,
     )
     fit_steps: dict[str, int] = {}
     if runtime.multi_worker:
@@ -167,7 +169,7 @@ def fit_model(
 
 def _datasets(
     fn_args: tfx.components.FnArgs, task: Task, runtime: Runtime, seed: int, repeat: bool,
-    cache_max_mb: float,
+    cache_max_mb: float, augment: str = "none", workers: tuple[int, int] | None = None,
 ) -> tuple[tf.data.Dataset, tf.data.Dataset, int, int]:
     train_examples = data_lib.count_examples(fn_args.train_files)
     eval_examples = data_lib.count_examples(fn_args.eval_files)
@@ -176,14 +178,14 @@ def _datasets(
             return data_lib.make_dataset(
                 files, task.input_shape[:2], task.channels, runtime.global_batch_size,
                 shuffle=shuffle, seed=seed, num_examples=count, repeat=repeat,
-                cache_max_mb=cache_max_mb,
+                cache_max_mb=cache_max_mb, augment=augment, workers=workers,
             )
     else:
         def make(files, shuffle, count):
             return data_lib.make_volume_dataset(
                 files, task.input_shape[:3], task.channels, runtime.global_batch_size,
                 shuffle=shuffle, seed=seed, num_examples=count, repeat=repeat,
-                cache_max_mb=cache_max_mb,
+                cache_max_mb=cache_max_mb, workers=workers,
             )
     return (
         make(fn_args.train_files, True, train_examples),

@@ -54,8 +54,9 @@ def _wait(process: subprocess.Popen, folder: Path, name: str, timeout: int = 600
         raise AssertionError(f"{name} timed out:\n{_log_tail(folder, name)}") from None
 
 
-def _log_tail(folder: Path, name: str) -> str:
-    return (folder / f"{name}.log").read_text()[-3000:]
+def _log_tail(folder: Path, name: str, whole: bool = False) -> str:
+    text = (folder / f"{name}.log").read_text()
+    return text if whole else text[-3000:]
 
 
 def _weights(path: str) -> list[np.ndarray]:
@@ -92,9 +93,16 @@ def test_mirrored_on_two_logical_cpus_matches_one_device_at_the_same_global_batc
         np.testing.assert_allclose(a, b, atol=1e-5)
 
 
-def test_two_workers_train_in_sync_and_only_the_chief_exports(examples_uri, tmp_path):
+@pytest.fixture(scope="module")
+def sharded_uri(tmp_path_factory) -> str:
+    # Shards of 16 KB: each split has several files, so each worker reads its own.
+    return write_digits_examples(str(tmp_path_factory.mktemp("sharded")), 320,
+                                 shard_mb=16 / 1024)
+
+
+def test_two_workers_train_in_sync_and_only_the_chief_exports(sharded_uri, tmp_path):
     workers = [f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"]
-    fields = fn_args_dict(examples_uri, str(tmp_path / "out"), strategy="auto", epochs=2,
+    fields = fn_args_dict(sharded_uri, str(tmp_path / "out"), strategy="auto", epochs=2,
                           batch_size=16)
     processes = []
     for index in range(2):
@@ -110,6 +118,9 @@ def test_two_workers_train_in_sync_and_only_the_chief_exports(examples_uri, tmp_
 
     chief, other = (json.loads((tmp_path / f"worker{i}.json").read_text())[0] for i in (0, 1))
     assert chief["chief"] is True and other["chief"] is False
+    for index in (0, 1):  # each worker read only its own shards
+        assert f"sharded by FILE: worker {index} reads" in _log_tail(tmp_path, f"worker{index}",
+                                                                     whole=True)
     assert chief["summary"]["strategy"] == "multi_worker"
     assert chief["summary"]["replicas"] == 2 and chief["summary"]["global_batch_size"] == 32
     # Trained to completion, in sync: the same final weights on both workers.
