@@ -3,13 +3,13 @@
 - `prepare_data` exports the digits and ingests them with our `ingest()` once; the other
   benchmarks read those TFRecords.
 - `pipeline_vs_model`: images/sec the Trainer's tf.data pipeline (`make_dataset`: read,
-  parse, decode PNG, resize, batch) delivers, against images/sec the model trains on
+  parse, decode, resize, batch) delivers, against images/sec the model trains on
   synthetic data at the same size, batch and precision. ratio = delivered / consumed;
   below 1 the training is input-bound. Delivery is measured twice: decoding every epoch
   (`cache_max_mb=0`, what data larger than the cache gets) and from the in-memory cache of
   decoded images (the default when they fit). Each is measured alone, with both cores.
 - `ingest_vs_import_example_gen`: our ingest (decodes and checks every image, quarantines
-  bad ones, re-encodes PNG) against TFX's stock ImportExampleGen executor (copies the
+  bad ones, keeps the bytes) against TFX's stock ImportExampleGen executor (copies the
   serialized records into hashed splits, no decoding) on the same TFRecord files.
 
 Example:

@@ -7,6 +7,7 @@ files written by Pillow.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import logging
 import os
@@ -30,6 +31,19 @@ def sharded_uri(tmp_path_factory) -> str:
     # ~300 bytes a serialized digit: shards of 8 KB give each split several files.
     return write_digits_examples(str(tmp_path_factory.mktemp("sharded")), NUM_IMAGES,
                                  shard_mb=8 / 1024)
+
+
+@contextlib.contextmanager
+def _absl_info(caplog):
+    """The Trainer's absl log at INFO into caplog, whatever earlier tests did to the
+    absl logger's level or propagation (the local runner sets INFO too)."""
+    absl_logger = logging.getLogger("absl")
+    absl_logger.addHandler(caplog.handler)
+    try:
+        with caplog.at_level(logging.INFO, logger="absl"):
+            yield
+    finally:
+        absl_logger.removeHandler(caplog.handler)
 
 
 def _train_patterns(uri: str) -> list[str]:
@@ -57,7 +71,7 @@ def test_a_split_is_written_as_several_complete_shards_and_read_whole(sharded_ur
 def test_two_workers_read_disjoint_files_whose_union_is_the_split(sharded_uri, caplog):
     patterns = _train_patterns(sharded_uri)
     whole = _all_examples(data_lib.make_dataset(patterns, [8, 8], 1, 32, shuffle=False))
-    with caplog.at_level(logging.INFO):
+    with _absl_info(caplog):
         parts = [_all_examples(data_lib.make_dataset(patterns, [8, 8], 1, 32, shuffle=False,
                                                      workers=(2, index)))
                  for index in (0, 1)]
@@ -75,7 +89,7 @@ def test_more_workers_than_files_shard_by_data_and_say_so(tmp_path, caplog):
     patterns = _train_patterns(uri)
     assert len(data_lib.list_files(patterns)) == 1
     assert data_lib.worker_files(data_lib.list_files(patterns), (2, 1)) is None
-    with caplog.at_level(logging.INFO):
+    with _absl_info(caplog):
         data_lib.make_dataset(patterns, [8, 8], 1, 16, shuffle=False, workers=(2, 1))
     assert "sharded by DATA" in caplog.text
 
