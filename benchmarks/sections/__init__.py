@@ -14,6 +14,7 @@ from __future__ import annotations
 from benchmarks.sections import (
     auto_check,
     data,
+    data_scale,
     host,
     input_pipeline,
     largest_batch,
@@ -34,6 +35,7 @@ SECTIONS: tuple[Section, ...] = (
     time_breakdown.SECTION,
     largest_batch.SECTION,
     input_pipeline.SECTION,
+    data_scale.SECTION,
     overhead.SECTION,
     publication.SECTION,
     pipeline.SECTION,
