@@ -35,11 +35,11 @@ SECTIONS: tuple[Section, ...] = (
     time_breakdown.SECTION,
     largest_batch.SECTION,
     input_pipeline.SECTION,
-    data_scale.SECTION,
     overhead.SECTION,
     publication.SECTION,
     pipeline.SECTION,
     stock_tfx.SECTION,
+    data_scale.SECTION,
 )
 
 TASKS: dict[str, Task] = {

@@ -241,6 +241,10 @@ class DataScale(Section):
             return []
         lines = [f"Data scale: {what} {measured} (target {target}): {verdict}."
                  for what, measured, target, verdict in targets(entry)]
+        ratio = entry.get("ingest_ratio")
+        if ratio is not None:
+            lines.append(f"Data scale: the Ingest runs at {ratio:.2f}× plain tf.data's "
+                         "images/s (read, decode, write the bytes; no target).")
         mptfx, plain = entry.get("mptfx_cores_per_a100"), entry.get("plain_cores_per_a100")
         if mptfx is not None:
             lines.append(f"Data scale: feeding one A100 training ResNet-50 (AMP + XLA, "
