@@ -23,6 +23,7 @@ SECTIONS = (
     "publication",
     "pipeline",
     "stock_tfx",
+    "data_scale",
 )
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
 REFERENCE_PRECISION = "float32"
@@ -41,6 +42,8 @@ SECTION_SECONDS = {
     "stock_tfx": 150.0,
     "largest_batch": 120.0,
     "input_pipeline": 60.0,
+    # Last in SECTIONS: on a busy machine it is the one --quick leaves out, not the others.
+    "data_scale": 220.0,
     "overhead": 110.0,
     "publication": 45.0,
     "pipeline": 75.0,
@@ -67,6 +70,10 @@ class Preset:
     publication_epochs: int
     latency_runs: int
     ingest_replicate: int
+    # data_scale: photos in the base set (the memory check also ingests 4x as many) and
+    # seconds each timed round of the Trainer-input comparison lasts at most.
+    data_scale_photos: int
+    data_scale_input_seconds: float
     pipeline_timeout_seconds: float
     profile_steps: int
     # A section is skipped when it would likely end after this (0: no budget); with the
@@ -92,6 +99,8 @@ QUICK = Preset(
     publication_epochs=2,
     latency_runs=200,
     ingest_replicate=4,
+    data_scale_photos=300,
+    data_scale_input_seconds=4.0,
     pipeline_timeout_seconds=600.0,
     profile_steps=10,
     time_budget_seconds=13 * 60,
@@ -113,6 +122,8 @@ FULL = Preset(
     publication_epochs=5,
     latency_runs=1000,
     ingest_replicate=10,
+    data_scale_photos=3000,
+    data_scale_input_seconds=15.0,
     pipeline_timeout_seconds=1800.0,
     profile_steps=20,
     time_budget_seconds=0,

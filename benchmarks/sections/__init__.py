@@ -14,6 +14,7 @@ from __future__ import annotations
 from benchmarks.sections import (
     auto_check,
     data,
+    data_scale,
     host,
     input_pipeline,
     largest_batch,
@@ -38,6 +39,7 @@ SECTIONS: tuple[Section, ...] = (
     publication.SECTION,
     pipeline.SECTION,
     stock_tfx.SECTION,
+    data_scale.SECTION,
 )
 
 TASKS: dict[str, Task] = {

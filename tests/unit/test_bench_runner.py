@@ -54,6 +54,15 @@ def _result(task: str, params: dict) -> dict | None:
                            "ours_quarantined": 0, "import_example_gen_seconds": 2.0,
                            "import_example_gen_records_per_sec": 5.0,
                            "import_example_gen_written": 10},
+        "data_scale_photos": {"sets": [{"root": "/photos-n", "photos": 10, "bytes": 100},
+                                       {"root": "/photos-4n", "photos": 40, "bytes": 400}]},
+        "data_scale_ingest": {"method": params.get("method"), "examples_dir": "/ex",
+                              "images": 10, "seconds": 1.0,
+                              "images_per_sec": 10.0, "photo_bytes": 100,
+                              "bytes_written": 101, "shards": 2, "reencoded": 0, "cores": 2,
+                              "peak_rss_mb": 500.0},
+        "data_scale_input": {"input_size": [224, 224], "batch_size": 64, "cores": 2,
+                             "mptfx_images_per_sec": 900.0, "plain_images_per_sec": 1000.0},
         "trainer_overhead": {"model": "seed_cnn", "input_size": [16, 16], "batch_size": 32,
                              "precision": "float32", "xla": False, "epochs": 4, "rounds": 1,
                              "train_examples": 100, "plain_fit_images_per_sec": 2000.0,
@@ -123,8 +132,9 @@ def test_every_section_runs_and_sends_its_tasks_their_dataclass(bench):
     assert results["stock_tfx"]["ratio"] == pytest.approx(3.0)  # mptfx run 3 s, stock 1 s
     assert 64 <= results["largest_batch"]["rows"][0]["largest"] <= 80  # probes fit to 80
     for heading in ("### Training throughput", "### auto check", "### Largest batch",
-                    "### Input pipeline", "### Trainer overhead", "### Publication",
-                    "### Pipeline", "### Default `mptfx run` vs a stock TFX", "### Verdicts"):
+                    "### Input pipeline", "### Data scale", "### Trainer overhead",
+                    "### Publication", "### Pipeline", "### Default `mptfx run` vs a stock TFX",
+                    "### Verdicts"):
         assert heading in console  # the results.md it wrote, printed
     for task, params in calls:  # each parameter once, as its dataclass names it
         fields = {f.name for f in dataclasses.fields(sections.TASKS[task].params)}

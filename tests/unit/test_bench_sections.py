@@ -14,6 +14,7 @@ import pytest
 from benchmarks import report, sections
 from benchmarks.autocheck import auto_check_rows
 from benchmarks.plan import SECTIONS
+from benchmarks.sections.data_scale import summarise
 from benchmarks.sections.tasks import from_json, to_json
 
 
@@ -84,6 +85,19 @@ HOST = {"device": "CPU", "cpu": {"model_name": "Test CPU", "logical_cpus": 2, "f
         "auto": {"precision": "float32", "precision_reason": "CPU", "xla": False,
                  "xla_reason": "CPU"}}
 RUNS = [{"images_per_sec_per_epoch": [900.0, 2000.0, 2100.0]}]
+
+
+def _ingest(rate, rss=500.0, cores=2):
+    return {"images": 100, "images_per_sec": rate, "photo_bytes": 1000, "bytes_written": 1010,
+            "shards": 2, "reencoded": 0, "cores": cores, "peak_rss_mb": rss}
+
+
+DATA_SCALE = summarise(100, {
+    "mptfx": _ingest(200.0), "plain": _ingest(250.0), "mptfx_1core": _ingest(100.0, cores=1),
+    "plain_1core": _ingest(130.0, cores=1), "mptfx_large": _ingest(200.0, rss=550.0),
+    "plain_large": _ingest(250.0, rss=510.0)},
+    {"batch_size": 64, "cores": 2, "mptfx_images_per_sec": 900.0,
+     "plain_images_per_sec": 1000.0})
 # One results entry per section of plan.SECTIONS, the heading its table must show and a
 # phrase of its verdicts (None: the section has no verdicts).
 SAMPLES = {
@@ -103,6 +117,8 @@ SAMPLES = {
         "delivered_images_per_sec": 1000.0, "delivered_cached_images_per_sec": 9000.0,
         "consumed_images_per_sec": 2000.0, "ratio": 0.5, "cached_ratio": 4.5}]}},
         "### Input pipeline", "Input pipeline at 16×16: decoding every epoch it delivers 0.50×"),
+    "data_scale": ({"data_scale": DATA_SCALE}, "### Data scale (100 synthetic 224×224",
+                   "Trainer input ÷ plain tf.data input 0.90 (target ≥ 0.8): PASS"),
     "overhead": ({"overhead": {
         "status": "ok", "model": "seed_cnn", "input_size": [16, 16], "batch_size": 32,
         "precision": "float32", "xla": False, "epochs": 4, "rounds": 1, "train_examples": 5748,
