@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from components.core.text import one_line
+from components.trainer.keras_private import skip_tensorflow_eager_keras_import
 
 _WATCH_SECONDS = 0.02
 
@@ -136,7 +137,7 @@ def _serve(channel: TextIO) -> None:
     # The candidate is a plain TensorFlow SavedModel (TF Serving runs no Python and no
     # Keras): skipping `import tensorflow`'s eager import of Keras' optimizers makes this
     # process start about 40% sooner and 130 MB smaller (docs/guide/infra-validation.md).
-    sys.modules.setdefault("keras.src.optimizers", None)  # type: ignore[arg-type]
+    skip_tensorflow_eager_keras_import()
     import tensorflow as tf  # noqa: F401
 
     send({"event": "started", "seconds": time.monotonic() - started})

@@ -292,11 +292,10 @@ class EpochTensorBoard(keras.callbacks.TensorBoard):
     With `update_freq="epoch"` (the default) Keras 3.12 still calls `tf.summary.scalar` for
     every log key after every training batch; no writer is active then, so nothing is
     written, but the calls cost 0.2-0.7 ms per step: 5-10% of the 16x16 seed_cnn's step
-    (measured by `mptfx bench --sections overhead`). This subclass skips them; the epoch
-    summaries, the graph (written at the first batch) and profiling are Keras' own.
+    (measured by `mptfx bench --sections overhead`). This subclass hands Keras no batch logs
+    then, so it writes no per-batch scalars; the epoch summaries, the graph (written at the
+    first batch), `write_steps_per_second` and profiling are Keras' own.
     """
 
     def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
-        if (self.update_freq != "epoch" or self._should_write_train_graph
-                or self._should_trace or self.write_steps_per_second):
-            super().on_train_batch_end(batch, logs)
+        super().on_train_batch_end(batch, logs if self.update_freq != "epoch" else None)

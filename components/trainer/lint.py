@@ -104,21 +104,25 @@ def _layers(model: keras.Model) -> Iterator[keras.layers.Layer]:
 
 def _output_layers(model: keras.Model) -> Iterator[keras.layers.Layer]:
     """The layers whose outputs are the model's outputs (inside nested models too)."""
-    for output in keras.tree.flatten(model.outputs):
-        history = getattr(output, "_keras_history", None)
-        layer = history[0] if history else None
+    names = getattr(model, "output_names", None)  # a functional model's output layers
+    layers = [model.get_layer(name) for name in names] if names else model.layers[-1:]
+    for layer in layers:
         if isinstance(layer, keras.Model):
             yield from _output_layers(layer)
-        elif layer is not None:
+        else:
             yield layer
 
 
 def _output_dtypes(layer: keras.layers.Layer) -> list[str]:
-    """The dtypes of the symbolic tensors the layer produced when the model was built."""
+    """The dtypes of the symbolic tensors the layer produced when the model was built
+    (at its first call: Keras' `Layer.output`)."""
+    try:
+        outputs = layer.output
+    except (AttributeError, ValueError):  # never called symbolically
+        return []
     dtypes = []
-    for node in getattr(layer, "_inbound_nodes", []):
-        for tensor in keras.tree.flatten(getattr(node, "output_tensors", [])):
-            dtype = getattr(tensor, "dtype", None)
-            if dtype is not None:
-                dtypes.append(keras.backend.standardize_dtype(dtype))
+    for tensor in keras.tree.flatten(outputs):
+        dtype = getattr(tensor, "dtype", None)
+        if dtype is not None:
+            dtypes.append(keras.backend.standardize_dtype(dtype))
     return dtypes

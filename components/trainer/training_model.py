@@ -1,6 +1,9 @@
 """A functional Keras model whose train step also reports what the callbacks watch.
 
-Keras' own TensorFlow train step (keras/src/backend/tensorflow/trainer.py), plus:
+The step Keras' TensorFlow trainer runs (forward pass, `compute_loss`, the optimizer's
+`scale_loss` and `apply_gradients`, `compute_metrics`), written with public members only
+(the one private hook left, the distributed build, is `keras_private.LocalBatchSymbolicBuild`),
+plus:
 
 - `gradient_norm`: the global L2 norm of the unscaled gradients, averaged over the epoch's
   finite steps (the seed's "watch gradient_norm"); under several replicas, each replica's
@@ -23,6 +26,7 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
+from components.trainer.keras_private import LocalBatchSymbolicBuild
 from components.trainer.optimizer import skips_nonfinite_steps
 
 STEP_LOSS = "step_loss"
@@ -31,7 +35,7 @@ GRADIENT_NORM = "gradient_norm"
 PER_STEP_KEYS = (STEP_LOSS, STEP_SKIPPED)
 
 
-class TrainingModel(keras.Model):
+class TrainingModel(LocalBatchSymbolicBuild, keras.Model):
     """The registry model's layers, trained with an instrumented train step.
 
     Its weights are the wrapped model's weights in the same order, so `get_weights()`
@@ -58,7 +62,7 @@ class TrainingModel(keras.Model):
             step_loss = loss * tf.cast(
                 tf.distribute.get_strategy().num_replicas_in_sync, loss.dtype
             )
-            self._loss_tracker.update_state(step_loss, sample_weight=batch_size)
+            self.loss_tracker().update_state(step_loss, sample_weight=batch_size)
             scaled_loss = self.optimizer.scale_loss(loss)
         trainable_weights = self.trainable_weights
         gradients = tape.gradient(scaled_loss, trainable_weights)
@@ -87,25 +91,14 @@ class TrainingModel(keras.Model):
         results[STEP_SKIPPED] = tf.cast(skipped, tf.float32)
         return _reducible_across_workers(results)
 
-    def _maybe_symbolic_build(self, iterator: object = None, data_batch: object = None) -> None:
-        # Keras 3.12 builds the model from the first distributed batch, averaged with
-        # strategy.reduce, which MultiWorkerMirroredStrategy cannot do for an (x, y) tuple
-        # ("Attempt to convert a value (PerReplica...)", keras-team/keras#20585). Only the
-        # shapes matter: use this worker's first replica's batch instead.
-        strategy = self._distribute_strategy
-        if strategy is None or iterator is None:
-            super()._maybe_symbolic_build(iterator=iterator, data_batch=data_batch)
-            return
-        for _, _, batches in iterator:
-            data_batch = tf.nest.map_structure(
-                lambda value: strategy.experimental_local_results(value)[0]
-                if isinstance(value, tf.distribute.DistributedValues)
-                else value,
-                next(batches),
-            )
-            break
-        with strategy.scope():
-            self._symbolic_build(data_batch=data_batch)
+    def loss_tracker(self) -> keras.metrics.Metric:
+        """The mean loss `compile` adds, the `loss` of the logs (first in `self.metrics`)."""
+        for metric in self.metrics:
+            if metric.name == "loss":
+                return metric
+        raise RuntimeError(
+            f"model {self.name!r} has no 'loss' metric: call compile(loss=...) before fit"
+        )
 
     def test_step(self, data: object) -> dict[str, tf.Tensor]:
         """Keras' evaluation step, without the train-only gradient norm."""
@@ -124,6 +117,12 @@ def _reducible_across_workers(results: dict[str, tf.Tensor]) -> dict[str, tf.Ten
     strategy = tf.distribute.get_strategy()
     if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
         return results
-    if not strategy.extended._in_multi_worker_mode():  # noqa: SLF001  (one worker: local)
+    if _worker_count(strategy) < 2:  # one worker: Keras reduces locally
         return results
     return {key: tf.reshape(value, [1]) for key, value in results.items()}
+
+
+def _worker_count(strategy: tf.distribute.MultiWorkerMirroredStrategy) -> int:
+    """The chief and worker tasks of the strategy's cluster (1 without a TF_CONFIG cluster)."""
+    jobs = strategy.cluster_resolver.cluster_spec().as_dict()
+    return max(1, len(jobs.get("chief", ())) + len(jobs.get("worker", ())))
