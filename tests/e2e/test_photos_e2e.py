@@ -45,7 +45,7 @@ def photos_run(mptfx, tmp_path_factory):
     photos = _make_photos(tmp_path_factory.mktemp("data") / "photos")
     workspace = tmp_path_factory.mktemp("workspace")
     result = mptfx("run", "--data", str(photos), "--workspace", str(workspace),
-                   "--set", "model.input_size=[64,64]", "--set", "trainer.epochs=8",
+                   "--set", "model.input_size=[64,64]", "--set", "trainer.epochs=6",
                    "--json", timeout=1200)
     return photos, result
 
