@@ -29,6 +29,9 @@ SEGMENTATION = "segmentation"
 TASKS = (CLASSIFICATION, SEGMENTATION)
 # Dimensions of one input example, without the channels: images (H, W), volumes (D, H, W).
 _SPATIAL_DIMS = {CLASSIFICATION: 2, SEGMENTATION: 3}
+# `model.params.weights`: a Keras weights file the Trainer loads after building any model.
+# Reserved: never passed to a builder.
+WEIGHTS_PARAM = "weights"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,6 +40,8 @@ class RegisteredModel:
 
     builder: ModelBuilder
     task: str
+    # The layers after the backbone (by name); () = the last layer with weights.
+    head: tuple[str, ...] = ()
 
     @property
     def input_rank(self) -> int:
@@ -48,9 +53,12 @@ _MODELS: dict[str, RegisteredModel] = {}
 
 
 def register_model(
-    name: str, task: str = CLASSIFICATION
+    name: str, task: str = CLASSIFICATION, head: Sequence[str] = ()
 ) -> Callable[[ModelBuilder], ModelBuilder]:
     """Returns a decorator that registers a model builder under `name`.
+
+    `head` names the layers on top of the backbone (what `trainer.fine_tune` trains while
+    the backbone is frozen); by default the last layer with weights.
 
     A builder is called as `builder(input_shape, num_classes, **params)` and returns an
     uncompiled `keras.Model` whose output is float32: class probabilities for
@@ -68,7 +76,7 @@ def register_model(
             raise ValueError(
                 f"A model is already registered under this name. Received: name={name!r}"
             )
-        _MODELS[name] = RegisteredModel(builder, task)
+        _MODELS[name] = RegisteredModel(builder, task, tuple(head))
         return builder
 
     return decorator
@@ -83,6 +91,11 @@ def known_builder(name: str) -> ModelBuilder | None:
     """The builder registered under `name`, or None."""
     registered = _MODELS.get(name)
     return registered.builder if registered else None
+
+
+def model_head(name: str) -> tuple[str, ...]:
+    """The head layers' names registered for `name` (() = the last layer with weights)."""
+    return _registered(name).head
 
 
 def available_models() -> list[str]:
@@ -108,7 +121,8 @@ def build_model(
         name: a registered model name.
         input_shape: (H, W, C) for classification models, (D, H, W, C) for segmentation.
         num_classes: classes to predict (2 for binary segmentation masks).
-        **params: the builder's keyword-only parameters (`model.params` in the config).
+        **params: the builder's keyword-only parameters (`model.params` in the config);
+            `weights` is not passed (the Trainer loads that file after the build).
 
     Raises:
         ValueError: for an unknown name, a parameter the builder does not accept, or a
@@ -125,6 +139,7 @@ def build_model(
         )
     if int(num_classes) < 2:
         raise ValueError(f"num_classes must be at least 2. Received: num_classes={num_classes}")
+    params = {k: v for k, v in params.items() if k != WEIGHTS_PARAM}
     _check_params(name, registered.builder, params)
     return registered.builder(input_shape, int(num_classes), **params)
 
@@ -145,6 +160,7 @@ def check_params(name: str, params: dict[str, object]) -> None:
         ValueError: naming the model, the parameter and the received value.
     """
     builder = _registered(name).builder
+    params = {k: v for k, v in params.items() if k != WEIGHTS_PARAM}
     _check_params(name, builder, params)
     defaults = inspect.signature(builder).parameters
     for key, value in params.items():
@@ -176,7 +192,7 @@ def _check_params(name: str, builder: ModelBuilder, params: dict[str, object]) -
     # Past (input_shape, num_classes), any parameter that can be passed by name.
     named = (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
     accepted = [p.name for p in parameters[2:] if p.kind in named]
-    unknown = sorted(set(params) - set(accepted))
+    unknown = sorted(set(params) - set(accepted) - {WEIGHTS_PARAM})
     if unknown:
         raise ValueError(
             f"Unknown parameter(s) for model {name!r}. Received: {unknown}; accepted: {accepted}"

@@ -9,7 +9,7 @@ import keras
 from models.registry import register_model
 
 
-@register_model("resnet50")
+@register_model("resnet50", head=("logits",))
 def build_resnet50(
     input_shape: Sequence[int],
     num_classes: int,

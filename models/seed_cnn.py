@@ -9,7 +9,7 @@ import keras
 from models.registry import register_model
 
 
-@register_model("seed_cnn")
+@register_model("seed_cnn", head=("dense", "logits"))
 def build_seed_cnn(
     input_shape: Sequence[int],
     num_classes: int,

@@ -17,7 +17,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 
 # Decoded examples are kept in memory when they take at most this much (trainer.cache_max_mb).
 DEFAULT_CACHE_MAX_MB = 1024
@@ -79,11 +86,29 @@ class ModelSection(StrictSection):
         # Checked here, not only in the Trainer, so a typo fails before the Ingest runs. A
         # module file replaces `name`: its builder's parameters are checked by the pre-Ingest
         # model check, which imports the file.
-        from models.registry import check_params  # deferred: imports TensorFlow
+        from models.registry import WEIGHTS_PARAM, check_params  # deferred: imports TensorFlow
 
+        if WEIGHTS_PARAM in params:
+            params = {**params, WEIGHTS_PARAM: _weights_file(params[WEIGHTS_PARAM])}
         if "name" in info.data and not info.data.get("module_file"):
             check_params(info.data["name"], params)
         return params
+
+
+def _weights_file(value: Any) -> str:
+    """`model.params.weights`: an existing Keras weights file (.weights.h5), made absolute
+    so that the Trainer reads the same file whatever its working directory."""
+    import os
+
+    if not isinstance(value, str) or not value.endswith(".weights.h5"):
+        raise ValueError("model.params.weights must be the path of a Keras weights file "
+                         f"(*.weights.h5, as model.save_weights writes). Received: {value!r}")
+    if "://" in value:
+        return value  # gs://, s3://: read by the Trainer (tf.io.gfile)
+    path = os.path.abspath(os.path.expanduser(value))
+    if not os.path.isfile(path):
+        raise ValueError(f"model.params.weights: no such file {path}")
+    return path
 
 
 class StagedModelSection(ModelSection):
@@ -100,6 +125,24 @@ class LossScaleSection(StrictSection):
     dynamic: bool = True
     initial: float = Field(32768.0, gt=0)
     growth_steps: int = Field(2000, ge=1)
+
+
+class FineTuneSection(StrictSection):
+    """Transfer learning as in Keras' guide: train the new head on a frozen backbone, then
+    unfreeze (part of) the backbone and train on at a lower learning rate."""
+
+    # 0 = off (every layer trains from the first epoch). N >= 1: the first N epochs train the
+    # head only; the backbone is frozen, its BatchNormalization layers in inference mode.
+    # N = trainer.epochs: the backbone never unfreezes (feature extraction).
+    frozen_epochs: int = Field(0, ge=0)
+    # After the frozen epochs: "all" of the backbone, or its last K blocks (a ResNet's
+    # convN_blockM, else one weighted layer per block).
+    unfreeze: Annotated[int, Field(ge=1)] | Literal["all"] = "all"
+    # The learning rate after unfreezing: trainer.learning_rate x this.
+    learning_rate_factor: float = Field(0.1, gt=0, le=1)
+    # false (Keras' advice): BatchNormalization layers stay frozen, in inference mode, after
+    # unfreezing too; true: they train (and use batch statistics) once unfrozen.
+    train_batchnorm: bool = False
 
 
 class TrainerSection(StrictSection):
@@ -145,6 +188,18 @@ class TrainerSection(StrictSection):
     # or not at all for the batch chosen.
     base_batch_size: int = Field(32, ge=1)
     batch_lr_scaling: Literal["linear", "sqrt", "none"] = "linear"
+    # Freeze the backbone for the first epochs, then unfreeze it (see FineTuneSection).
+    fine_tune: FineTuneSection = Field(default_factory=FineTuneSection)
+
+    @field_validator("fine_tune")
+    @classmethod
+    def _frozen_within_epochs(cls, fine_tune: FineTuneSection,
+                              info: ValidationInfo) -> FineTuneSection:
+        epochs = info.data.get("epochs")
+        if epochs is not None and fine_tune.frozen_epochs > epochs:
+            raise ValueError(f"frozen_epochs ({fine_tune.frozen_epochs}) must be at most "
+                             f"trainer.epochs ({epochs})")
+        return fine_tune
 
     @field_validator("autotune", mode="before")
     @classmethod

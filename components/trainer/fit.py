@@ -15,7 +15,7 @@ import hashlib
 import json
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import keras
@@ -34,8 +34,10 @@ from components.trainer.callbacks import (
     TrainingStatsCallback,
 )
 from components.trainer.config import TrainerSection
+from components.trainer.fine_tune import FineTuneCallback, freeze_backbone
 from components.trainer.runtime import Runtime, Task
-from components.trainer.warm_start import warm_start_weights, weights_checksum
+from components.trainer.warm_start import load_weights_file, warm_start_weights, weights_checksum
+from models.registry import WEIGHTS_PARAM, model_head
 
 if TYPE_CHECKING:  # importing TFX costs ~25 CPU seconds; only attributes are read
     from tfx import v1 as tfx
@@ -78,9 +80,11 @@ def fit_model(
     model_run_dir: str,
     tf_config: Mapping[str, Any],
     probed_model: keras.Model | None = None,
+    extra_callbacks: Sequence[keras.callbacks.Callback] = (),
 ) -> FitResult:
-    """Builds (or reuses the autotune probe's `probed_model`), warm-starts, compiles and
-    trains the model; TensorBoard logs go to `<model_run_dir>/logs`.
+    """Builds (or reuses the autotune probe's `probed_model`), loads `model.params.weights`,
+    warm-starts, freezes the backbone (`trainer.fine_tune`), compiles and trains the model;
+    TensorBoard logs go to `<model_run_dir>/logs`.
 
     Raises:
         MixedPrecisionLintError: the model is unsafe under the resolved precision.
@@ -101,6 +105,16 @@ def fit_model(
             "validation_steps": max(1, eval_examples // runtime.global_batch_size),
         }
     backup_dir = backup_dir_for(fn_args, trainer, tf_config)
+
+    def recompile(learning_rate: float, loss_scale: float | None) -> None:
+        # Under the training policy and in the strategy's scope (fit_model's, or the fine-tune
+        # callback's); a dynamic loss scale carries over from before the recompile.
+        scaling = trainer.loss_scale
+        if loss_scale is not None and scaling.dynamic:
+            scaling = scaling.model_copy(update={"initial": float(loss_scale)})
+        compile_training_model(model, task.name, learning_rate, runtime.policy, scaling,
+                               trainer.grad_accum_steps, runtime.xla)
+
     throughput = ThroughputCallback(train_examples)
     epoch_history = EpochHistory(backup_dir)
     previous_policy = keras.mixed_precision.global_policy()
@@ -111,6 +125,10 @@ def fit_model(
                 task.model_name, task.model_params, task.input_shape, task.num_classes,
                 runtime.policy, trainer.recurrent_precision,
             )
+            weights_file = task.model_params.get(WEIGHTS_PARAM)
+            if weights_file:  # model.params.weights (a warm start below replaces them)
+                load_weights_file(model, str(weights_file), task.model_name, task.model_params,
+                                  task.input_shape, task.num_classes)
             warm_started_from = None
             if trainer.warm_start:
                 warm_started_from = warm_start_weights(
@@ -118,13 +136,16 @@ def fit_model(
                     task.num_classes, getattr(fn_args, "base_model", None),
                 )
             initial_weights_checksum = weights_checksum(model)
-            if probed_model is None:
-                compile_training_model(
-                    model, task.name, runtime.learning_rate, runtime.policy,
-                    trainer.loss_scale,
-                    trainer.grad_accum_steps, runtime.xla,
+            fine_tune = None
+            if trainer.fine_tune.frozen_epochs:
+                head = freeze_backbone(model, model_head(task.model_name))
+                fine_tune = FineTuneCallback(
+                    trainer.fine_tune, head, recompile, runtime.learning_rate,
+                    train_dataset.element_spec,
                 )
-        callbacks = [
+            if probed_model is None or fine_tune is not None:
+                recompile(runtime.learning_rate, None)
+        callbacks = [*([fine_tune] if fine_tune else []),
             throughput,
             TrainingStatsCallback(),
             DivergenceGuard(trainer.divergence_patience, runtime.learning_rate, runtime.policy),
@@ -133,6 +154,7 @@ def fit_model(
             # one (.bkp), which Keras restores instead of failing every retry.
             keras.callbacks.BackupAndRestore(backup_dir, double_checkpoint=True),
             EpochTensorBoard(os.path.join(model_run_dir, LOG_DIR)),
+            *extra_callbacks,
         ]
         if CheckpointFault.wanted():  # crash tests only (components/faults.py)
             callbacks.insert(len(callbacks) - 1, CheckpointFault(backup_dir))  # after the backup

@@ -31,7 +31,7 @@ import tensorflow as tf
 from components.core.config import Config
 from components.trainer.lint import MixedPrecisionLintError, check_mixed_precision
 from components.trainer.precision import find_recurrent_layers, recurrent_precision_warning
-from models.registry import SEGMENTATION
+from models.registry import SEGMENTATION, WEIGHTS_PARAM
 from models.user_module import UserModelError, load_builder
 
 CHECK_BATCH = 2
@@ -76,7 +76,8 @@ def check_model_file(
     num_classes = CHECK_CLASSES
     try:
         try:
-            model = function(tuple(int(d) for d in input_shape), num_classes, **dict(params))
+            model = function(tuple(int(d) for d in input_shape), num_classes,
+                             **{k: v for k, v in params.items() if k != WEIGHTS_PARAM})
         except Exception as error:
             raise _layer_failure(module_file, error, policy, f"{builder}() failed") from error
         if not isinstance(model, keras.Model):

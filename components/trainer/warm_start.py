@@ -1,4 +1,5 @@
-"""Keras weights inside the Model artifact, and warm-starting from a base model's.
+"""Keras weights inside the Model artifact, warm-starting from a base model's, and starting
+from a weights file (`model.params.weights`).
 
 Every Trainer run saves the float32 model's weights to
 `<Model artifact>/Format-Keras/model.weights.h5`, beside `Format-Serving`. With
@@ -18,6 +19,7 @@ Example:
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 
 import keras
@@ -95,6 +97,59 @@ def warm_start_weights(
     )
     logging.info("Trainer: warm-started from %s", path)
     return path
+
+
+def load_weights_file(
+    model: keras.Model,
+    path: str,
+    model_name: str,
+    model_params: Mapping[str, object],
+    input_shape: tuple[int, ...],
+    num_classes: int,
+) -> str:
+    """Loads the Keras weights file `path` (`model.params.weights`) into `model`.
+
+    The file is read into a float32 build of the same model (as `model.save_weights` of a
+    model built like this one writes it, e.g. an earlier run's Format-Keras file), then
+    copied over, so it loads under any dtype policy and distribution strategy.
+
+    Raises:
+        ValueError: one line naming `model.params.weights`, the file and what differs.
+    """
+    key = "model.params.weights"
+    if not tf.io.gfile.exists(path):
+        raise ValueError(f"{key}: no such file {path}")
+    twin = build_in_float32(model_name, model_params, input_shape, num_classes)
+    try:
+        twin.load_weights(path)
+    except (ValueError, OSError, KeyError) as error:
+        raise ValueError(
+            f"{key} {path} does not fit model {model_name!r} built for input "
+            f"{tuple(input_shape)} and {num_classes} classes (it must come from the same "
+            f"model, input size, channels and classes): {_load_failure(error)}"
+        ) from None
+    model.set_weights(
+        [np.asarray(w, dtype=v.dtype) for w, v in zip(twin.get_weights(), model.weights,
+                                                     strict=True)]
+    )
+    logging.info("Trainer: starting from the weights in %s (%s)", path, key)
+    return path
+
+
+def _load_failure(error: BaseException) -> str:
+    """What Keras' load error says, in a few words: the first layer and the shapes that
+    differ (Keras' message goes on to print the whole variable)."""
+    text = str(error)
+    layer = re.search(r"for object <(\w+) name=([^,>]+)", text)
+    shapes = re.search(r"variable\.shape=(\([^)]*\)), Received: value\.shape=(\([^)]*\))", text)
+    counts = re.search(r"expected (\d+) variables, but received (\d+)", text)
+    where = f"layer {layer.group(2)!r} ({layer.group(1)})" if layer else ""
+    if where and shapes:
+        return f"{where} is {shapes.group(1)} in the model, {shapes.group(2)} in the file"
+    if where and counts:
+        return (f"{where} has {counts.group(1)} weights in the model, {counts.group(2)} in "
+                "the file")
+    return f"{where}: {one_line(error)[:200]}" if where else one_line(error)[:300]
 
 
 def weights_checksum(model: keras.Model) -> str:

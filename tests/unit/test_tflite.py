@@ -256,6 +256,17 @@ def test_gates_fail_with_a_reason():
     assert gate("fp32", agreement=0.995, accuracy_delta=0.0)[0]
 
 
+def test_quantized_gate_allows_one_image_on_a_small_eval_split():
+    """On 12 eval photos one flipped image is 8.3 points: the smallest drop measurable."""
+    passed, reason = gate("dynamic_int8", agreement=11 / 12, accuracy_delta=-1 / 12, examples=12)
+    assert passed and "one image of 12" in reason
+    passed, reason = gate("dynamic_int8", agreement=10 / 12, accuracy_delta=-2 / 12, examples=12)
+    assert not passed and "-16.67 points" in reason and "beyond" in reason
+    # 100 images or more: the 1 point rule as it is.
+    assert not gate("int8", agreement=0.98, accuracy_delta=-0.02, examples=200)[0]
+    assert not gate("fp16", agreement=11 / 12, accuracy_delta=0.0, examples=12)[0]
+
+
 def test_load_split_images_resizes_normalizes_and_limits(tmp_path: Path):
     images = np.zeros((6, 8, 8, 1), np.uint8)
     images[1::2] = 255  # odd examples all white, even all black
