@@ -15,6 +15,9 @@ had no public equivalent in the pinned Keras (requirements.lock):
   averaged with `strategy.reduce`, which MultiWorkerMirroredStrategy cannot do for an
   (x, y) tuple ("Attempt to convert a value (PerReplica...)", keras-team/keras#20585);
   `fit` calls that hook unconditionally, so only overriding it avoids the reduce.
+  `_symbolic_build` is also what `build_compiled_state` calls: `trainer.fine_tune`
+  recompiles during `fit`, and the new compile's variables must be made in the
+  strategy's scope, not inside the traced step; Keras has no public call for that.
 
 Importing this module checks the installed Keras against the versions these names were
 checked with (`TESTED_KERAS`) and raises one line naming the installed version otherwise.
@@ -84,3 +87,15 @@ class LocalBatchSymbolicBuild:
             break
         with strategy.scope():
             self._symbolic_build(data_batch=data_batch)
+
+    def build_compiled_state(self, element_spec: object) -> None:
+        """Creates the variables of a `compile` made during `fit` (trainer.fine_tune
+        recompiles after unfreezing): its metrics', loss's and optimizer's, here in the
+        caller's strategy scope, not inside the traced step. `element_spec`: the training
+        dataset's (shapes only)."""
+        import keras
+        import tensorflow as tf
+
+        symbolic = tf.nest.map_structure(
+            lambda spec: keras.KerasTensor(tuple(spec.shape), spec.dtype.name), element_spec)
+        self._symbolic_build(data_batch=symbolic)

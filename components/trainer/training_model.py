@@ -51,15 +51,6 @@ class TrainingModel(LocalBatchSymbolicBuild, keras.Model):
         """A `TrainingModel` over the layers of the functional `model` (shared, not copied)."""
         return cls(inputs=model.inputs, outputs=model.outputs, name=model.name)
 
-    def build_compiled_state(self, element_spec: object) -> None:
-        """Creates the variables of a `compile` made during `fit` (trainer.fine_tune
-        recompiles after unfreezing): its metrics', loss's and optimizer's, here in the
-        caller's strategy scope, not inside the traced step. `element_spec`: the training
-        dataset's (shapes only)."""
-        symbolic = tf.nest.map_structure(
-            lambda spec: keras.KerasTensor(tuple(spec.shape), spec.dtype.name), element_spec)
-        self._symbolic_build(data_batch=symbolic)
-
     def train_step(self, data: object) -> dict[str, tf.Tensor]:
         """One optimizer step on a batch; returns the metrics plus the per-step signals."""
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
