@@ -16,6 +16,7 @@ from PIL import Image
 
 from components.examples_format import LABELS_FILE
 from components.ingest.ingest import ingest
+from pipelines.config import load_config
 
 TWO_WORKERS = [
     "--direct_running_mode=multi_processing",
@@ -111,3 +112,60 @@ def test_two_beam_workers_ingest_a_window_of_span_folders_as_local_does(tmp_path
         "span-2/circle/truncated.png", "span-2/square/not_a_photo.jpg"]
     assert replace(beam_result, report_path=local.report_path) == local
     assert sum(local.split_counts.values()) == 32 and local.channels == 1
+
+
+def test_the_beam_ingest_engine_gets_a_worker_per_core_only_when_beam_runs_in_process(tmp_path):
+    # data.ingest_engine reaches the Ingest; in process (no pipeline.beam_pipeline_args)
+    # its Beam options come after the pipeline's in-memory ones, so they win.
+    from components.ingest.beam_ingest import LOCAL_INGEST_BEAM_ARGS
+    from pipelines.pipeline import create_pipeline
+    from pipelines.spans import DataSelection
+    from pipelines.workspace import Workspace
+
+    data = tmp_path / "data"
+    for name in ("a", "b"):
+        (data / name).mkdir(parents=True)
+    selection, workspace = DataSelection(str(data)), Workspace(tmp_path / "ws")
+
+    def ingest_of(*overrides):
+        config = load_config("configs/local.yaml", ["pipeline.name=t", *overrides])
+        return create_pipeline(config, workspace, selection).components[0]
+
+    on_beam = ingest_of("data.ingest_engine=beam")
+    assert on_beam.exec_properties["ingest_engine"] == "beam"
+    assert on_beam.executor_spec.beam_pipeline_args[-3:] == LOCAL_INGEST_BEAM_ARGS
+    assert ingest_of().exec_properties["ingest_engine"] == "local"
+    assert "--direct_running_mode=multi_processing" not in \
+        ingest_of().executor_spec.beam_pipeline_args
+    flink = ingest_of("data.ingest_engine=beam", "pipeline.beam_pipeline_args=[--runner=X]")
+    assert flink.executor_spec.beam_pipeline_args[-1] == "--runner=X"
+
+
+def test_the_ingest_component_runs_on_the_beam_pipeline_tfx_gives_it(tmp_path):
+    # The TFX component as a pipeline runs it: TFX builds the Beam pipeline from the
+    # component's Beam args (two worker processes here) and the Examples artifact is whole.
+    from ml_metadata.metadata_store import metadata_store
+    from tfx import v1 as tfx
+
+    from components.ingest.component import ImageExampleGen
+
+    data = _folder(tmp_path / "shapes", classes=("circle", "square"), per_class=10)
+    node = ImageExampleGen(data_root=str(data), ingest_engine="beam", max_bad_fraction=0.2,
+                           splits='{"train": 0.75, "eval": 0.25}', span=2,
+                           ).with_beam_pipeline_args(TWO_WORKERS)
+    metadata = tfx.orchestration.metadata.sqlite_metadata_connection_config(
+        str(tmp_path / "metadata.sqlite"))
+    tfx.orchestration.LocalDagRunner().run(tfx.dsl.Pipeline(
+        pipeline_name="beam-ingest", pipeline_root=str(tmp_path / "root"), components=[node],
+        metadata_connection_config=metadata))
+    store = metadata_store.MetadataStore(metadata)
+    (examples,) = store.get_artifacts_by_type("Examples")
+    (quarantine,) = store.get_artifacts_by_type("mptfx.QuarantineReport")
+    report = json.loads((Path(quarantine.uri) / "quarantine.json").read_text())
+    written = _examples(Path(examples.uri))
+    assert {name: len(rows) for name, rows in written.items()} == {
+        f"Split-{name}": count for name, count in report["split_counts"].items()}
+    assert sum(report["split_counts"].values()) == 20 and report["bad"] == 2
+    assert examples.custom_properties["span"].int_value == 2
+    assert json.loads((Path(examples.uri) / LABELS_FILE).read_text())["label_names"] == [
+        "circle", "square"]

@@ -149,29 +149,3 @@ def test_setting_one_key_of_a_default_pool_keeps_the_rest_of_it(tmp_path, monkey
     assert config.kubernetes.pools["spot"].gpus == 2
     assert config.kubernetes.pools["cpu"].gpus == 0
 
-
-def test_the_beam_ingest_engine_gets_a_worker_per_core_only_when_beam_runs_in_process(tmp_path):
-    # data.ingest_engine reaches the Ingest; in process (no pipeline.beam_pipeline_args)
-    # its Beam options come after the pipeline's in-memory ones, so they win.
-    from components.ingest.beam_ingest import LOCAL_INGEST_BEAM_ARGS
-    from pipelines.pipeline import create_pipeline
-    from pipelines.spans import DataSelection
-    from pipelines.workspace import Workspace
-
-    data = tmp_path / "data"
-    for name in ("a", "b"):
-        (data / name).mkdir(parents=True)
-    selection, workspace = DataSelection(str(data)), Workspace(tmp_path / "ws")
-
-    def ingest_of(*overrides):
-        config = load_config("configs/local.yaml", ["pipeline.name=t", *overrides])
-        return create_pipeline(config, workspace, selection).components[0]
-
-    beam = ingest_of("data.ingest_engine=beam")
-    assert beam.exec_properties["ingest_engine"] == "beam"
-    assert beam.executor_spec.beam_pipeline_args[-3:] == LOCAL_INGEST_BEAM_ARGS
-    assert ingest_of().exec_properties["ingest_engine"] == "local"
-    assert "--direct_running_mode=multi_processing" not in \
-        ingest_of().executor_spec.beam_pipeline_args
-    flink = ingest_of("data.ingest_engine=beam", "pipeline.beam_pipeline_args=[--runner=X]")
-    assert flink.executor_spec.beam_pipeline_args[-1] == "--runner=X"
