@@ -17,6 +17,7 @@ from tfx import v1 as tfx
 from components.core.config import Config
 from components.examples_format import EVAL_SPLIT, LABEL_KEY, MASK_KEY
 from components.infra.component import InfraValidator
+from components.ingest.beam_ingest import LOCAL_INGEST_BEAM_ARGS
 from components.ingest.component import ImageExampleGen
 from components.ingest.listing import compute_input_fingerprint
 from components.pusher.component import AtomicPusher
@@ -175,7 +176,12 @@ def create_pipeline(
         # Part of the execution's inputs, so TFX's cache re-ingests exactly when files change.
         input_fingerprint=compute_input_fingerprint(data.root),
         span=data.span,
+        ingest_engine=config.data.ingest_engine,
     ).with_id("Ingest")
+    if config.data.ingest_engine == "beam" and not config.pipeline.beam_pipeline_args:
+        # In process: one DirectRunner worker per core for the Ingest, after (so over) the
+        # single in-memory worker of LOCAL_BEAM_ARGS.
+        ingest.with_beam_pipeline_args(LOCAL_INGEST_BEAM_ARGS)
 
     statistics_gen = tfx.components.StatisticsGen(examples=ingest.outputs["examples"])
     schema_file = schema_file or config.data.schema_file

@@ -114,6 +114,10 @@ class DataSection(TrainerDataSection):
     # Each split is written as GZIP TFRecord shards of about this many MB (TFX's ExampleGen
     # shards too): parallel reads, and a multi-worker Trainer gives each worker its own files.
     shard_mb: float = Field(128.0, gt=0)
+    # local: the Ingest in its own process (tf.data decodes on every core of it); beam: a Beam
+    # pipeline on pipeline.beam_pipeline_args (in process: one DirectRunner worker per core),
+    # so a cluster runner spreads the decode over machines. Same Examples either way.
+    ingest_engine: Literal["local", "beam"] = "local"
 
     @field_validator("source")
     @classmethod

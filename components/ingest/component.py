@@ -16,7 +16,12 @@ Example:
 import json
 import os
 
-from tfx.dsl.component.experimental.annotations import OutputArtifact, Parameter
+import apache_beam as beam
+from tfx.dsl.component.experimental.annotations import (
+    BeamComponentParameter,
+    OutputArtifact,
+    Parameter,
+)
 from tfx.dsl.component.experimental.decorators import component
 from tfx.proto import example_gen_pb2
 from tfx.types import artifact_utils, standard_artifacts
@@ -44,7 +49,9 @@ def _failure_report_path(quarantine_uri: str) -> str:
     return os.path.join(parent, f"failed-{execution}-{QUARANTINE_FILE}")
 
 
-@component
+# A Beam component (TFX builds `beam_pipeline` from the pipeline's Beam args, as for
+# StatisticsGen); only `ingest_engine: beam` runs it, the local engine never does.
+@component(use_beam=True)
 def ImageExampleGen(  # noqa: N802 (TFX names components like classes)
     examples: OutputArtifact[standard_artifacts.Examples],
     quarantine: OutputArtifact[QuarantineReport],
@@ -61,6 +68,8 @@ def ImageExampleGen(  # noqa: N802 (TFX names components like classes)
     max_file_mb: Parameter[float] = DEFAULT_MAX_FILE_MB,
     jpeg_quality: Parameter[int] = 95,
     shard_mb: Parameter[float] = DEFAULT_SHARD_MB,
+    ingest_engine: Parameter[str] = "local",
+    beam_pipeline: BeamComponentParameter[beam.Pipeline] = None,
 ) -> None:
     """Ingest an image-folder tree or a folder of tf.Example TFRecords into `examples`.
 
@@ -82,6 +91,9 @@ def ImageExampleGen(  # noqa: N802 (TFX names components like classes)
         max_file_mb: quarantine, without reading it, a larger file.
         jpeg_quality: quality of the JPEGs that must be re-encoded (resized, alpha, gray).
         shard_mb: about this many MB of serialized Examples per TFRecord shard.
+        ingest_engine: `"local"` (this process) or `"beam"` (a Beam pipeline on
+            `beam_pipeline`: the same Examples, decoded by the runner's workers).
+        beam_pipeline: given by TFX from the Beam pipeline args.
     """
     ratios = parse_split_ratios(splits)
     ingest(
@@ -98,6 +110,8 @@ def ImageExampleGen(  # noqa: N802 (TFX names components like classes)
         limits=SizeLimits(max_pixels, max_file_mb),
         jpeg_quality=jpeg_quality,
         shard_mb=shard_mb,
+        engine=ingest_engine,
+        beam_pipeline=beam_pipeline if ingest_engine == "beam" else None,
     )
     examples.split_names = artifact_utils.encode_split_names(list(ratios))
     examples.span = span

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
+
+import tensorflow as tf
 
 from components.examples_format import DEFAULT_SHARD_MB, LABEL_NAMES_FIELD, labels_path
 from components.faults import fault_point
@@ -30,6 +32,7 @@ from components.ingest.writer import SplitWriters, build_example, write_json
 logger = logging.getLogger(__name__)
 
 QUARANTINE_FILE = "quarantine.json"
+INGEST_ENGINES = ("local", "beam")
 _NAMED_IN_ERRORS = 3
 
 
@@ -54,6 +57,11 @@ def _open_source(data_root: str, span_dirs: Sequence[str] = (),
     if is_tfrecord_dir(data_root):
         return TFRecordSource(list_tfrecord_files(data_root), limits)
     return FolderSource(scan_image_folder(data_root), limits)
+
+
+def _beam_reads(data_root: str, span_dirs: Sequence[str]) -> bool:
+    """True when the Beam engine reads this source: image folders (spans included)."""
+    return bool(span_dirs) or not (is_volume_dir(data_root) or is_tfrecord_dir(data_root))
 
 
 def _quarantine_report(total: int, bad: list[dict[str, str]], max_bad_fraction: float,
@@ -96,6 +104,8 @@ def ingest(
     limits: SizeLimits | None = None,
     jpeg_quality: int = 95,
     shard_mb: float = DEFAULT_SHARD_MB,
+    engine: str = "local",
+    beam_pipeline: object | None = None,
 ) -> IngestResult:
     """Ingest `data_root` (class folders or TFRecords) into `examples_dir` (the Examples URI).
 
@@ -106,6 +116,11 @@ def ingest(
     `limits` (header pixels, file size) are quarantined without being decoded. When the run
     fails for too many bad files, the report is also copied to `failure_report_path`
     (somewhere the orchestrator does not delete with the failed outputs).
+
+    `engine` "beam" runs the decode and the writes as a Beam pipeline (`beam_ingest.py`):
+    on `beam_pipeline` (TFX's, from the Beam pipeline args) or, when None, on the local
+    DirectRunner with one worker process per core. It writes the same Examples, counts and
+    report; TFRecord and volume sources are always ingested by the local engine.
 
     Raises:
         DataError: bad input: see `scan_image_folder`, `parse_split_ratios`; more than
@@ -119,19 +134,41 @@ def ingest(
     # Build the policy now so a bad option fails before any slow work; channels come later.
     resolve_channels(channels, [])
     policy = ImagePolicy(3, image_size, resize_method, jpeg_quality)
-    source = _open_source(data_root, span_dirs, limits)
-    logger.info("Ingest started: %d files from %s", len(source), source.description)
+    if engine not in INGEST_ENGINES:
+        raise ValueError(f"engine must be one of {INGEST_ENGINES}. Received: {engine!r}")
+    if engine == "beam" and not _beam_reads(data_root, span_dirs):
+        logger.warning("data.ingest_engine beam reads image folders; the TFRecord or volume "
+                       "source %s is ingested by the local engine", data_root)
+        engine = "local"
+    if engine == "beam":
+        # Imported here: the local engine never loads Beam.
+        from components.ingest.beam_ingest import ingest_on_beam
 
-    if channels == "auto":
-        # "auto" needs every image's channel count before the first one is written; the
-        # headers read by the size check tell it without decoding anything.
-        policy = replace(policy, channels=resolve_channels(channels, source.native_channels()))
+        listing = scan_span_folders(data_root, span_dirs) if span_dirs else \
+            scan_image_folder(data_root)
+        logger.info("Ingest started on Beam: %d files from image folder %s",
+                    len(listing.files), listing.root)
+        counts, bad, stats = ingest_on_beam(listing, channels, policy, assign_split,
+                                            examples_dir, report_path, shard_mb, limits,
+                                            beam_pipeline)
+        total, label_names, ignored = len(listing.files), listing.label_names, listing.ignored
+        policy = replace(policy, channels=stats["channels"])
     else:
-        policy = replace(policy, channels=int(channels))
+        source = _open_source(data_root, span_dirs, limits)
+        logger.info("Ingest started: %d files from %s", len(source), source.description)
+        if channels == "auto":
+            # "auto" needs every image's channel count before the first one is written; the
+            # headers read by the size check tell it without decoding anything.
+            policy = replace(policy, channels=resolve_channels(channels,
+                                                               source.native_channels()))
+        else:
+            policy = replace(policy, channels=int(channels))
+        counts, bad, stats = _write_examples(source, policy, assign_split, examples_dir,
+                                             shard_mb)
+        total, label_names, ignored = len(source), source.label_names, source.ignored
 
-    counts, bad, stats = _write_examples(source, policy, assign_split, examples_dir, shard_mb)
-    write_json(labels_path(examples_dir), {LABEL_NAMES_FIELD: source.label_names})
-    report = _quarantine_report(len(source), bad, max_bad_fraction, source.ignored)
+    write_json(labels_path(examples_dir), {LABEL_NAMES_FIELD: label_names})
+    report = _quarantine_report(total, bad, max_bad_fraction, ignored)
     report["split_counts"] = counts
     write_json(report_path, report)
     if report["bad_fraction"] > max_bad_fraction:
@@ -141,15 +178,39 @@ def ingest(
     empty = [name for name, count in counts.items() if count == 0]
     if empty:
         raise DataError(
-            f"split '{empty[0]}' is empty after hashing {len(source) - len(bad)} usable files "
+            f"split '{empty[0]}' is empty after hashing {total - len(bad)} usable files "
             f"from {data_root} into {counts}; add data or raise its ratio"
         )
     _log_summary(counts, bad, policy.channels, time.monotonic() - started, stats)
-    return IngestResult(counts, len(source), bad, source.label_names, policy.channels, report_path)
+    return IngestResult(counts, total, bad, label_names, policy.channels, report_path)
+
+
+def source_examples(
+    source: FolderSource | TFRecordSource | VolumeSource,
+    policy: ImagePolicy,
+    assign_split: SplitAssigner,
+) -> Iterator[tuple[int, str | None, tf.train.Example | dict[str, str], bool]]:
+    """Every element of `source` in index order: `(index, split, example, re-encoded?)` when
+    usable, `(index, None, {"path": ..., "reason": ...}, False)` when quarantined. Both
+    engines walk a source with this (the Beam engine one shard's files at a time)."""
+    # The decoded stream is the items' index order minus the failures, so walking both
+    # together tells exactly which items failed.
+    decoded_images = decode_images(source.dataset(), policy)
+    next_image = next(decoded_images, None)
+    for index, item in enumerate(source.items()):
+        image = None
+        if next_image is not None and next_image.index == index:
+            image, next_image = next_image, next(decoded_images, None)
+        reason = item.problem or (None if image else source.describe_failure(item, policy))
+        if reason:
+            yield index, None, {"path": item.path, "reason": reason}, False
+            continue
+        example = build_example(image, item.label, item.label_name, item.filename, item.example)
+        yield index, assign_split(item.split_key), example, image.reencoded
 
 
 def _write_examples(
-    source: FolderSource | TFRecordSource,
+    source: FolderSource | TFRecordSource | VolumeSource,
     policy: ImagePolicy,
     assign_split: SplitAssigner,
     examples_dir: str,
@@ -159,22 +220,13 @@ def _write_examples(
     and the shard counts and number of re-encoded images."""
     bad: list[dict[str, str]] = []
     reencoded = 0
-    # The decoded stream is the items' index order minus the failures, so walking both
-    # together tells exactly which items failed.
-    decoded_images = decode_images(source.dataset(), policy)
-    next_image = next(decoded_images, None)
     with SplitWriters(examples_dir, assign_split.names, shard_mb) as writers:
-        for index, item in enumerate(source.items()):
-            image = None
-            if next_image is not None and next_image.index == index:
-                image, next_image = next_image, next(decoded_images, None)
-            reason = item.problem or (None if image else source.describe_failure(item, policy))
-            if reason:
-                bad.append({"path": item.path, "reason": reason})
+        for index, split, result, was_reencoded in source_examples(source, policy, assign_split):
+            if split is None:
+                bad.append(result)
                 continue
-            reencoded += image.reencoded
-            example = build_example(image, item.label, item.label_name, item.filename, item.example)
-            writers.write(assign_split(item.split_key), example)
+            reencoded += was_reencoded
+            writers.write(split, result)
             if index == len(source) // 2:
                 fault_point("ingest")
     return dict(writers.counts), bad, {"shards": writers.shard_counts(), "reencoded": reencoded}

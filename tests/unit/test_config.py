@@ -29,6 +29,7 @@ def test_overrides_are_typed_from_yaml():
     ("trainer.epochs=0", "'trainer.epochs'"),
     ("data.splits={train: 0.5, eval: 0.2}", "'data.splits'"),
     ("model.name=vgg99", "unknown model 'vgg99'"),
+    ("data.ingest_engine=spark", "'data.ingest_engine'"),
 ])
 def test_bad_keys_and_values_are_named(override, named):
     with pytest.raises(ConfigError, match="") as caught:
@@ -147,3 +148,4 @@ def test_setting_one_key_of_a_default_pool_keeps_the_rest_of_it(tmp_path, monkey
     assert gpu.gpus == 1 and gpu.accelerator == "nvidia-l4"
     assert config.kubernetes.pools["spot"].gpus == 2
     assert config.kubernetes.pools["cpu"].gpus == 0
+
