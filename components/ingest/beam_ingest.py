@@ -6,7 +6,7 @@ and each split's files are cut, in listing order, into shards of about `data.sha
 MB of file bytes (the Examples keep each file's bytes, so a shard's Examples are about as
 large). The plans -- file names only -- are the pipeline's input; each worker then checks
 the headers, decodes and writes one whole shard with the local engine's own code
-(`FolderSource`, `ingest.source_examples`), streaming: a worker holds one shard's
+(`FolderSource`, `walk.source_examples`), streaming: a worker holds one shard's
 tf.data prefetch buffer and one record at a time, never the data set.
 
     plans ──(channels: auto)──> header pass ──> channel count (side input)
@@ -40,6 +40,7 @@ from components.ingest.listing import ImageListing
 from components.ingest.reader import ImagePolicy, resolve_channels
 from components.ingest.sources import FolderSource
 from components.ingest.splits import SplitAssigner
+from components.ingest.walk import source_examples
 
 logger = logging.getLogger(__name__)
 
@@ -135,9 +136,6 @@ class WriteShard(beam.DoFn):
         self._limits = limits
 
     def process(self, plan: ShardPlan, channels: int) -> Iterator[object]:
-        # The local engine's imports; here, so a worker process loads them when it runs.
-        from components.ingest.ingest import source_examples
-
         source = FolderSource(plan.listing(self._root, self._label_names), self._limits)
         policy = replace(self._policy, channels=channels)
         final = os.path.join(split_dir(self._examples_dir, plan.split),

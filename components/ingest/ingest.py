@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-
-import tensorflow as tf
 
 from components.examples_format import DEFAULT_SHARD_MB, LABEL_NAMES_FIELD, labels_path
 from components.faults import fault_point
@@ -21,13 +19,13 @@ from components.ingest.listing import (
 )
 from components.ingest.reader import (
     ImagePolicy,
-    decode_images,
     resolve_channels,
 )
 from components.ingest.sources import FolderSource, TFRecordSource
 from components.ingest.splits import SplitAssigner, parse_split_ratios
 from components.ingest.volume_source import VolumeSource, is_volume_dir
-from components.ingest.writer import SplitWriters, build_example, write_json
+from components.ingest.walk import source_examples
+from components.ingest.writer import SplitWriters, write_json
 
 logger = logging.getLogger(__name__)
 
@@ -183,30 +181,6 @@ def ingest(
         )
     _log_summary(counts, bad, policy.channels, time.monotonic() - started, stats)
     return IngestResult(counts, total, bad, label_names, policy.channels, report_path)
-
-
-def source_examples(
-    source: FolderSource | TFRecordSource | VolumeSource,
-    policy: ImagePolicy,
-    assign_split: SplitAssigner,
-) -> Iterator[tuple[int, str | None, tf.train.Example | dict[str, str], bool]]:
-    """Every element of `source` in index order: `(index, split, example, re-encoded?)` when
-    usable, `(index, None, {"path": ..., "reason": ...}, False)` when quarantined. Both
-    engines walk a source with this (the Beam engine one shard's files at a time)."""
-    # The decoded stream is the items' index order minus the failures, so walking both
-    # together tells exactly which items failed.
-    decoded_images = decode_images(source.dataset(), policy)
-    next_image = next(decoded_images, None)
-    for index, item in enumerate(source.items()):
-        image = None
-        if next_image is not None and next_image.index == index:
-            image, next_image = next_image, next(decoded_images, None)
-        reason = item.problem or (None if image else source.describe_failure(item, policy))
-        if reason:
-            yield index, None, {"path": item.path, "reason": reason}, False
-            continue
-        example = build_example(image, item.label, item.label_name, item.filename, item.example)
-        yield index, assign_split(item.split_key), example, image.reencoded
 
 
 def _write_examples(

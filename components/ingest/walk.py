@@ -1,0 +1,38 @@
+"""One walk over a source: each element decoded, validated and built into an Example, or
+quarantined; the local engine (ingest.py) and the Beam engine (beam_ingest.py) share it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import tensorflow as tf
+
+from components.ingest.reader import ImagePolicy, decode_images
+from components.ingest.sources import FolderSource, TFRecordSource
+from components.ingest.splits import SplitAssigner
+from components.ingest.volume_source import VolumeSource
+from components.ingest.writer import build_example
+
+
+def source_examples(
+    source: FolderSource | TFRecordSource | VolumeSource,
+    policy: ImagePolicy,
+    assign_split: SplitAssigner,
+) -> Iterator[tuple[int, str | None, tf.train.Example | dict[str, str], bool]]:
+    """Every element of `source` in index order: `(index, split, example, re-encoded?)` when
+    usable, `(index, None, {"path": ..., "reason": ...}, False)` when quarantined. Both
+    engines walk a source with this (the Beam engine one shard's files at a time)."""
+    # The decoded stream is the items' index order minus the failures, so walking both
+    # together tells exactly which items failed.
+    decoded_images = decode_images(source.dataset(), policy)
+    next_image = next(decoded_images, None)
+    for index, item in enumerate(source.items()):
+        image = None
+        if next_image is not None and next_image.index == index:
+            image, next_image = next_image, next(decoded_images, None)
+        reason = item.problem or (None if image else source.describe_failure(item, policy))
+        if reason:
+            yield index, None, {"path": item.path, "reason": reason}, False
+            continue
+        example = build_example(image, item.label, item.label_name, item.filename, item.example)
+        yield index, assign_split(item.split_key), example, image.reencoded
