@@ -19,7 +19,7 @@ from typing import Any, TextIO
 
 from benchmarks.launch import TaskOutcome, run_task
 from benchmarks.options import BenchOptions
-from benchmarks.plan import SECTION_SECONDS, ModelSetup, model_setup
+from benchmarks.plan import ModelSetup, model_setup
 from benchmarks.sections.tasks import Task, to_json
 
 RESULTS_JSON = "results.json"
@@ -30,18 +30,21 @@ class Context:
     """One run: its options, results and console, shared by the sections in turn.
 
     Attributes:
-        sections: the run's sections in order (benchmarks/sections/__init__.py).
+        suite: what runs: its sections in order, their worker module and --quick seconds
+            (benchmarks/sections/__init__.py `BENCH`, or the lab's).
+        sections: the suite's sections.
         device: "CPU" or "GPU", once the host section ran.
         models: the models to measure, once the host section ran.
         data: the digits prepared once for the data sections (benchmarks/sections/data.py);
             `data_asked` once a data section asked for them.
     """
 
-    def __init__(self, options: BenchOptions, out: TextIO, sections: Sequence[Any]) -> None:
+    def __init__(self, options: BenchOptions, out: TextIO, suite: Any) -> None:
         self.options = options
         self.preset = options.preset
         self.out = out
-        self.sections = tuple(sections)
+        self.suite = suite
+        self.sections: Sequence[Any] = tuple(suite.sections)
         self.bench_dir = Path(options.workspace).resolve() / "bench"
         self.failures: list[str] = []
         self.started = time.monotonic()
@@ -76,7 +79,8 @@ class Context:
             values["user_model"] = {"module_file": self.options.model_file,
                                     "builder": self.options.model_builder,
                                     "task": self.options.model_task}
-        outcome = run_task(task.name, values, self.bench_dir, name, timeout, memory_cap_mb)
+        outcome = run_task(task.name, values, self.bench_dir, name, timeout, memory_cap_mb,
+                           worker=self.suite.worker)
         self.results.setdefault("task_seconds", {})[name] = round(outcome.seconds, 1)
         if outcome.status == "failed" and _UNSUPPORTED in (outcome.error or ""):
             # A fact about this platform (e.g. no float16 MaxPool3D kernel on CPUs), not a
@@ -106,9 +110,9 @@ class Context:
             return False
         budget = self.preset.time_budget_seconds
         elapsed = time.monotonic() - self.started
-        if budget and elapsed + SECTION_SECONDS.get(section, 0) > budget:
+        if budget and elapsed + self.suite.seconds.get(section, 0) > budget:
             if announce:
-                reason = (f"skipped: {elapsed:.0f} s gone of the {budget:.0f} s --quick "
+                reason = (f"not run: {elapsed:.0f} s gone of the {budget:.0f} s --quick "
                           "budget (a busy machine); run it alone with --sections")
                 self.results.setdefault("skipped_sections", {})[section] = reason
                 self.say(f"  {section}: {reason}")
