@@ -44,7 +44,7 @@ class AutoCheck(Section):
     def run(self, ctx: Context) -> None:
         ctx.say("  auto check: what the Trainer's auto chooses per model, vs the fastest cell")
         choices: dict[str, dict[str, Any]] = {}
-        for model in ctx.models:
+        for model in _models_to_check(ctx):
             setup = ctx.setup(model)
             params = AutoParams(model_name=model, input_shape=list(setup.input_shape),
                                 batch_size=setup.batch_size, num_classes=setup.num_classes)
@@ -76,6 +76,16 @@ class AutoCheck(Section):
 
     def verdicts(self, results: dict[str, Any]) -> list[str]:
         return [auto_verdict(row) for row in results.get("auto_check") or []]
+
+
+def _models_to_check(ctx: Context) -> list[str]:
+    """The models the throughput matrix measured (with nothing to compare with, the probe
+    would only cost time), or every model when the matrix was not run."""
+    rows = ctx.results.get("throughput")
+    if rows is None:
+        return list(ctx.models)
+    measured = {row["model"] for row in rows if row["status"] == "ok"}
+    return [model for model in ctx.models if model in measured]
 
 
 def auto_verdict(row: dict[str, Any]) -> str:

@@ -119,6 +119,23 @@ class Context:
             return False
         return True
 
+    def elapsed(self) -> float:
+        """Seconds since the run started."""
+        return time.monotonic() - self.started
+
+    def room_for(self, seconds: float, after: str) -> bool:
+        """Whether `seconds` more of section `after` still leave the --quick budget the
+        typical time of every selected section after it (always True without a budget).
+        How a section sizes its own work so that the sections after it still run."""
+        budget = self.preset.time_budget_seconds
+        if not budget:
+            return True
+        names = [section.name for section in self.sections]
+        later = names[names.index(after) + 1:] if after in names else []
+        reserve = sum(self.suite.seconds.get(name, 0) for name in later
+                      if name in self.options.sections)
+        return self.elapsed() + seconds + reserve <= budget
+
     def setup(self, model: str) -> ModelSetup:
         """The input shape, batch and classes `model` is measured at in this run."""
         return model_setup(

@@ -3,7 +3,9 @@
 Each cell runs in a fresh process (`train_cell`, benchmarks/training.py); its speedup is
 over the same model's float32 without XLA in this run. The seed model runs first: with
 --quick on a CPU its cells decide which of the other models' cells are worth measuring
-(plan.cell_skip_reason). Its verdict: each model's fastest cell. Where `auto` stands
+(plan.cell_skip_reason). With --quick, a cell of another model that would leave the
+sections after it no time in the budget is skipped, saying so (`Context.room_for`): the
+seed model's cells always run. Its verdict: each model's fastest cell. Where `auto` stands
 against it is the auto_check section's verdict, from the choice the Trainer measured; MFU
 against matmul ceilings is the lab's (tools/lab/).
 """
@@ -86,6 +88,7 @@ class Throughput(Section):
             for on in ctx.options.xla
         ]
         rows: list[dict[str, Any]] = []
+        costs: list[float] = []
         ctx.results[self.name] = rows
         ctx.say(f"  {self.name}: up to {len(cells)} cells, each in a fresh process")
         for index, (model, precision, on) in enumerate(cells, 1):
@@ -100,6 +103,10 @@ class Throughput(Section):
             }
             skip = cell_skip_reason(model, precision, on, ctx.device, ctx.options.quick,
                                     seed_speedups)
+            if not skip and model != SEED_MODEL and not ctx.room_for(max(costs, default=0.0),
+                                                                     self.name):
+                skip = ("--quick budget: left for the sections after this one on a busy "
+                        "machine; measure it alone with --models and --sections")
             if skip:
                 rows.append({**cell, "status": "skipped", "error": skip})
                 ctx.say(f"{label}: skipped ({skip})")
@@ -118,12 +125,14 @@ class Throughput(Section):
             )
             load = ctx.load()
             task, params = self.cell_task(ctx, spec)
+            started = ctx.elapsed()
             outcome = ctx.task(task, params, f"{self.name}-{model}-{precision}-xla{xla(on)}",
                                timeout=ctx.preset.cell_timeout_seconds)
             row = {**cell, "status": outcome.status, "error": outcome.error,
                    "seconds": round(outcome.seconds, 1), "load_average_1m": load,
                    **(outcome.result or {})}
             rows.append(row)
+            costs.append(ctx.elapsed() - started)  # the next cell's likely cost: the longest
             add_speedups(rows)
             ctx.say(f"{label}: {cell_summary(row)} ({outcome.seconds:.0f} s, load {load})")
             ctx.save()

@@ -191,13 +191,26 @@ def test_a_failed_task_is_exit_1_and_named_and_a_section_left_without_data_is_na
     assert results["data_scale"]  # not a digits section: it ran
 
 
+def test_quick_leaves_other_models_cells_out_so_the_sections_after_them_still_run(bench):
+    code, console, results, calls = bench(quick=True, seconds=300.0,
+                                          sections=("throughput", "auto_check"))
+
+    assert code == 0, console
+    seed, resnet = results["throughput"]
+    assert seed["status"] == "ok" and resnet["status"] == "skipped"
+    assert resnet["error"].startswith("--quick budget: left for the sections after this one")
+    # auto_check ran, on the model the matrix measured only.
+    assert [row["model"] for row in results["auto_check"]] == ["seed_cnn"]
+    assert [task for task, _ in calls] == ["host", "train_cell", "auto_choice"]
+
+
 def test_quick_fails_naming_each_listed_section_it_could_not_run(bench):
     code, console, results, calls = bench(quick=True, seconds=300.0,
                                           sections=("throughput", "auto_check", "data_scale"))
 
     assert code == 1
-    assert list(results["skipped_sections"]) == ["auto_check", "data_scale"]
-    assert "  auto_check: not run: 900 s gone of the 780 s --quick budget" in console
-    assert "FAILED section auto_check not run: 900 s gone" in console
-    assert "FAILED section data_scale not run:" in console
-    assert [task for task, _ in calls] == ["host", "train_cell", "train_cell"]
+    assert list(results["skipped_sections"]) == ["data_scale"]
+    assert "  data_scale: not run: 900 s gone of the 780 s --quick budget" in console
+    assert "FAILED section data_scale not run: 900 s gone" in console
+    assert "auto_check" in results
+    assert [task for task, _ in calls] == ["host", "train_cell", "auto_choice"]
