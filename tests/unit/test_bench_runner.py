@@ -214,3 +214,16 @@ def test_quick_fails_naming_each_listed_section_it_could_not_run(bench):
     assert "FAILED section data_scale not run: 900 s gone" in console
     assert "auto_check" in results
     assert [task for task, _ in calls] == ["host", "train_cell", "auto_choice"]
+
+
+def test_quick_searches_one_precision_s_batch_when_more_would_crowd_out_the_rest(bench):
+    code, console, results, calls = bench(quick=True, seconds=100.0,
+                                          precisions=("float32", "mixed_bfloat16"),
+                                          sections=("largest_batch", "data_scale"))
+
+    assert code == 0, console
+    first, second = results["largest_batch"]["rows"]
+    assert first["precision"] == "float32" and first["largest"] >= 64
+    assert second["skipped"].startswith("--quick budget: left for the sections after this")
+    assert "data_scale" in results
+    assert [task for task, _ in calls][:3] == ["host", "batch_ladder", "batch_probe"]
