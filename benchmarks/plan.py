@@ -32,7 +32,8 @@ SEED_MODEL = "seed_cnn"
 MIN_SPEEDUP_FOR_BATCH_SEARCH = 0.1
 
 
-# Typical --quick durations on the 2-core CI machine under load (for the time budget).
+# Typical --quick durations on the 2-core CI machine under load: what the sections before
+# one leave it of the time budget.
 SECTION_SECONDS = {
     "auto_check": 40.0,
     "largest_batch": 120.0,
@@ -67,9 +68,11 @@ class Preset:
     data_scale_input_seconds: float
     pipeline_timeout_seconds: float
     profile_steps: int
-    # A section is skipped when it would likely end after this (0: no budget); with the
-    # host and the throughput matrix always run, `--quick` stays within `make bench`'s
-    # 15 minutes on a busy 2-core machine.
+    # Seconds the run aims to end within (0: no aim). Every selected section runs; the
+    # optional work inside the throughput matrix and the batch search (other models'
+    # cells, further precisions) is left out when it would leave the sections after it
+    # less than their SECTION_SECONDS. A quiet 2-core machine stays within `make bench`'s
+    # 15 minutes; a busy one takes longer but still ends every section.
     time_budget_seconds: float
 
 

@@ -54,13 +54,10 @@ def run_bench(options: BenchOptions, out: TextIO = sys.stdout, suite: Suite = BE
         if section.required and section.name not in ctx.results:
             ctx.save()
             return 1
-    not_run = {
-        name: (ctx.results.get("skipped_sections") or {}).get(name)
-        or "not run: what it needs was not measured (see the lines above)"
-        for name in options.sections if name not in ctx.results
-    }
-    for name, reason in not_run.items():
-        ctx.failures.append(f"section {name} {reason}")
+    for name in options.sections:
+        if name not in ctx.results:
+            ctx.failures.append(f"section {name} not run: what it needs was not measured "
+                                "(see the lines above)")
     ctx.results["verdicts"] = report.verdicts(ctx.results, suite.sections)
     ctx.save()
     markdown = report.render_markdown(ctx.results, suite.sections, suite.title)

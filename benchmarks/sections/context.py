@@ -4,7 +4,7 @@ The results dict (results.json), the console, the failures, the device and model
 host section found, and the plumbing a section runs through: `task` starts a worker
 process, `store` puts a section's entry into the results and `save` rewrites results.json
 (after every section, so an interrupted run keeps what it measured), `wanted` applies
---sections and the --quick time budget.
+--sections and `room_for` the --quick time budget.
 """
 
 from __future__ import annotations
@@ -104,20 +104,11 @@ class Context:
         path.with_suffix(".partial").write_text(json.dumps(self.results, indent=2, default=str))
         path.with_suffix(".partial").replace(path)
 
-    def wanted(self, section: str, announce: bool = True) -> bool:
-        """Whether to run `section`: selected, and (with --quick) likely to end in time."""
-        if section not in self.options.sections:
-            return False
-        budget = self.preset.time_budget_seconds
-        elapsed = time.monotonic() - self.started
-        if budget and elapsed + self.suite.seconds.get(section, 0) > budget:
-            if announce:
-                reason = (f"not run: {elapsed:.0f} s gone of the {budget:.0f} s --quick "
-                          "budget (a busy machine); run it alone with --sections")
-                self.results.setdefault("skipped_sections", {})[section] = reason
-                self.say(f"  {section}: {reason}")
-            return False
-        return True
+    def wanted(self, section: str) -> bool:
+        """Whether to run `section`: selected. A selected section always runs, also past
+        the --quick budget: the sections before it size their work to leave it its time
+        (`room_for`), and a section that still cannot run fails the run by name."""
+        return section in self.options.sections
 
     def elapsed(self) -> float:
         """Seconds since the run started."""

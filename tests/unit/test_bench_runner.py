@@ -204,16 +204,15 @@ def test_quick_leaves_other_models_cells_out_so_the_sections_after_them_still_ru
     assert [task for task, _ in calls] == ["host", "train_cell", "auto_choice"]
 
 
-def test_quick_fails_naming_each_listed_section_it_could_not_run(bench):
+def test_quick_runs_every_listed_section_also_past_its_budget(bench):
     code, console, results, calls = bench(quick=True, seconds=300.0,
                                           sections=("throughput", "auto_check", "data_scale"))
 
-    assert code == 1
-    assert list(results["skipped_sections"]) == ["data_scale"]
-    assert "  data_scale: not run: 900 s gone of the 780 s --quick budget" in console
-    assert "FAILED section data_scale not run: 900 s gone" in console
-    assert "auto_check" in results
-    assert [task for task, _ in calls] == ["host", "train_cell", "auto_choice"]
+    assert code == 0, console
+    assert {"throughput", "auto_check", "data_scale"} <= set(results)
+    assert results["seconds"] > 780  # the budget sized the matrix; no section was dropped
+    assert results["throughput"][1]["error"].startswith("--quick budget")
+    assert "skipped_sections" not in results and "FAILED" not in console
 
 
 def test_quick_searches_one_precision_s_batch_when_more_would_crowd_out_the_rest(bench):
