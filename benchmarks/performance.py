@@ -20,7 +20,7 @@ from typing import Any
 
 from benchmarks import report
 from benchmarks.sections import SECTIONS
-from benchmarks.sections.base import Section
+from benchmarks.sections.base import Section, number
 
 
 def machine_line(results: dict[str, Any]) -> str:
@@ -50,8 +50,10 @@ def render_page(results: dict[str, Any], sections: Sequence[Section] = SECTIONS)
         f"- Date: {results.get('started')} ({results.get('seconds', 0):.0f} s)",
         f"- Machine: {machine_line(results)}",
         f"- Load average (1 min): "
-        f"{(results.get('load_average_start') or ['?'])[0]} at start, "
-        f"{(results.get('load_average_end') or ['?'])[0]} at end",
+        f"{number((results.get('load_average_start') or [None])[0], 2)} at start, "
+        f"{number((results.get('load_average_end') or [None])[0], 2)} at end "
+        f"(on {(results.get('host') or {}).get('cpu', {}).get('logical_cpus', '?')} "
+        "logical CPUs)",
         "",
     ]
     lines += report.body(results, sections)

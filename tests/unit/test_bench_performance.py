@@ -42,7 +42,7 @@ def test_the_page_is_written_from_results_json(tmp_path):
     assert "- Date: 2026-12-03T12:00:00 (412 s)" in text
     assert ("- Machine: Intel Xeon Test, 2 logical CPUs, CPU flags avx2, avx512_bf16; "
             "devices: /physical_device:CPU:0; TensorFlow 2.16.2, Keras 3.6.0") in text
-    assert "- Load average (1 min): 1.5 at start, 2.25 at end" in text
+    assert "- Load average (1 min): 1.50 at start, 2.25 at end (on 2 logical CPUs)" in text
     assert "| seed_cnn | 64×64×1 | 32 | float32 | off | 640.0 images/s |" in text
     assert "seed_cnn: `auto` (measured) chooses float32 xla off: the fastest cell." in text
     assert text == performance.render_page(RESULTS)  # the same page from the same run
