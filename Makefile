@@ -10,7 +10,7 @@ TOOLS_STAMP := $(TOOLS_VENV)/.mptfx-tools-installed
 VERSION := $(shell sed -n 's/^version = "\(.*\)"$$/\1/p' pyproject.toml)
 IMAGE   ?= mptfx:$(VERSION)
 
-.PHONY: setup tools services image run test test-unit test-integration test-e2e test-image test-faults lint bench clean
+.PHONY: setup tools services image run test test-unit test-integration test-e2e test-image test-faults lint bench performance lab clean
 
 setup: $(STAMP)
 
@@ -76,8 +76,18 @@ test-image: setup services
 lint: setup
 	$(VENV)/bin/ruff check .
 
+# What a user measures: precision x XLA, auto's measured choice, batch, input, photo-scale data.
 bench: setup
 	$(VENV)/bin/mptfx bench --quick $(ARGS)
+
+# docs/PERFORMANCE.md, generated from the run's results.json (command, date, machine, CPU flags).
+performance: setup
+	$(VENV)/bin/mptfx bench --quick --write-docs docs/PERFORMANCE.md $(ARGS)
+
+# The developer instruments, from the checkout only (tools/lab; not in the wheel or the image):
+# MFU and matmul ceilings, kernels, op profiles, Trainer overhead, publication, pipeline, stock TFX.
+lab: setup
+	$(PY) -m tools.lab --quick $(ARGS)
 
 clean:
 	rm -rf workspace .pytest_cache k8s-out

@@ -4,9 +4,12 @@
                 [--xla off,on]
                 [--sections S,T] [--memory-cap MB] [--batch-size N] [--input-shape 64x64x1]
                 [--windows N] [--window-seconds S] [--warmup-seconds S] [--max-batch N]
+                [--write-docs PAGE]
 
-Writes `<workspace>/bench/results.{json,md}`, `throughput.png` and `memory.png`. Imports
-here stay light (no TensorFlow) so `mptfx --help` is instant.
+Writes `<workspace>/bench/results.{json,md}`, `throughput.png` and `memory.png` (and, with
+--write-docs, the generated docs/PERFORMANCE.md). Imports here stay light (no TensorFlow)
+so `mptfx --help` is instant. The lab (tools/lab/__main__.py) reuses `add_arguments` and
+`bench_options` with its own sections.
 """
 
 from __future__ import annotations
@@ -58,11 +61,12 @@ def _model_file(args: argparse.Namespace) -> dict[str, str]:
             "model_task": args.model_task}
 
 
-def _options(args: argparse.Namespace):
+def bench_options(args: argparse.Namespace, names: tuple[str, ...], program: str = "mptfx"):
+    """The parsed command line as `BenchOptions`, its --sections checked against `names`
+    (exit 2 on a bad value)."""
     from benchmarks.options import BenchOptions
-    from benchmarks.plan import SECTIONS
 
-    sections = SECTIONS if args.sections == "all" else _list(args.sections, SECTIONS, "--sections")
+    sections = names if args.sections == "all" else _list(args.sections, names, "--sections")
     for flag, value in (("--batch-size", args.batch_size), ("--windows", args.windows),
                         ("--max-batch", args.max_batch), ("--memory-cap", args.memory_cap)):
         if value is not None and value < 1:
@@ -70,7 +74,7 @@ def _options(args: argparse.Namespace):
     return BenchOptions(
         workspace=args.workspace,
         quick=args.quick,
-        sections=tuple(s for s in SECTIONS if s in sections),
+        sections=tuple(s for s in names if s in sections),
         models=_list(args.models, None, "--models") if args.models else None,
         precisions=_list(args.precisions, _PRECISIONS, "--precisions"),
         xla=tuple(_XLA_VALUES[v] for v in _list(args.xla, tuple(_XLA_VALUES), "--xla")),
@@ -82,15 +86,22 @@ def _options(args: argparse.Namespace):
         memory_cap_mb=float(args.memory_cap),
         max_batch=args.max_batch,
         **_model_file(args),
-        command="mptfx " + shlex.join(sys.argv[1:]) if sys.argv[1:2] == ["bench"]
-        else "mptfx bench",
+        command=_command_line(program),
     )
 
 
+def _command_line(program: str) -> str:
+    argv = sys.argv[1:]
+    if program == "mptfx" and argv[:1] != ["bench"]:
+        argv = ["bench"]  # called from Python, not from the console script
+    return f"{program} {shlex.join(argv)}".strip()
+
+
 def _command_bench(args: argparse.Namespace) -> int:
+    from benchmarks.plan import SECTIONS
     from benchmarks.runner import run_bench
 
-    return run_bench(_options(args))
+    return run_bench(bench_options(args, SECTIONS), write_docs=args.write_docs)
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -99,11 +110,17 @@ def register(commands: argparse._SubParsersAction) -> None:
 
     bench = commands.add_parser(
         "bench",
-        help="measure training throughput (precision x XLA), memory, input pipeline, "
-             "Trainer overhead, publication formats and pipeline time",
+        help="measure what to train with here: precision x XLA, auto's measured choice, "
+             "largest batch, input pipeline, photo-scale data",
         description="Reproducible measurements on this machine's CPU or GPU; results go to "
                     "<workspace>/bench/ as results.md, results.json and PNG charts.",
     )
+    add_arguments(bench, SECTIONS)
+    bench.set_defaults(handler=_command_bench)
+
+
+def add_arguments(bench: argparse.ArgumentParser, names: tuple[str, ...]) -> None:
+    """The bench's options on `bench`, with `names` as the --sections choices."""
     bench.add_argument("--quick", action="store_true",
                        help="a few-minute subset: small sizes, 3 windows, seed model batch search")
     bench.add_argument("--workspace", default="workspace",
@@ -121,7 +138,7 @@ def register(commands: argparse._SubParsersAction) -> None:
                        help="comma-separated dtype policies (default: all three)")
     bench.add_argument("--xla", default="off,on", help="off, on or off,on (default)")
     bench.add_argument("--sections", default="all",
-                       help=f"comma-separated: {', '.join(SECTIONS)} (default: all)")
+                       help=f"comma-separated: {', '.join(names)} (default: all)")
     bench.add_argument("--memory-cap", type=int, default=2048, metavar="MB",
                        help="CPU only: the largest-batch search's limit on a probe's peak "
                             "RSS (default 2048 MB; GPUs use their own memory)")
@@ -131,4 +148,6 @@ def register(commands: argparse._SubParsersAction) -> None:
     bench.add_argument("--window-seconds", type=float, help="target length of a timed window")
     bench.add_argument("--warmup-seconds", type=float, help="untimed steps before the windows")
     bench.add_argument("--max-batch", type=int, help="largest batch the search may probe")
-    bench.set_defaults(handler=_command_bench)
+    bench.add_argument("--write-docs", metavar="PAGE",
+                       help="also write the run's figures as a generated page, e.g. "
+                            "docs/PERFORMANCE.md (command, date, machine and CPU flags)")

@@ -1,9 +1,10 @@
-"""What the benchmark ran on: CPU features, devices, what `auto` resolves to, matmul ceilings.
+"""What the benchmark ran on: CPU features, devices, versions, and the static rule `auto`
+starts from (the Trainer's measured choice is the auto_check section's).
 
 Example:
 
-    host = describe_host(ceiling_repeats=5)
-    host["auto"]["precision"], host["ceilings"]["float32"]["gflops"]
+    host = describe_host()
+    host["cpu"]["flags"], host["auto"]["precision"]
 """
 
 from __future__ import annotations
@@ -48,15 +49,14 @@ def read_cpu_info(path: str = "/proc/cpuinfo") -> dict[str, Any]:
     }
 
 
-def describe_host(ceiling_repeats: int, dtypes: tuple[str, ...] = ()) -> dict[str, Any]:
-    """Devices, versions, `auto`'s choices and the matmul ceiling of each compute dtype.
+def describe_host() -> dict[str, Any]:
+    """Devices, versions and what `auto` resolves to by its static rules (before measuring).
 
     Imports TensorFlow; run it in a worker process.
     """
     import keras
     import tensorflow as tf
 
-    from benchmarks.ceiling import CPU_SIZES, GPU_SIZES, measure_ceiling
     from components.trainer.precision import (
         describe_devices,
         resolve_precision_policy,
@@ -68,8 +68,6 @@ def describe_host(ceiling_repeats: int, dtypes: tuple[str, ...] = ()) -> dict[st
     on_gpu = any(d.kind == "GPU" for d in devices)
     policy, policy_reason = resolve_precision_policy("auto", devices)
     xla, xla_reason = resolve_xla("auto", devices)
-    sizes = GPU_SIZES if on_gpu else CPU_SIZES
-    dtypes = dtypes or ("float32", "bfloat16", "float16")
     return {
         "cpu": read_cpu_info(),
         "device": "GPU" if on_gpu else "CPU",
@@ -91,5 +89,4 @@ def describe_host(ceiling_repeats: int, dtypes: tuple[str, ...] = ()) -> dict[st
             "xla_reason": xla_reason,
         },
         "models": available_models(),
-        "ceilings": {dtype: measure_ceiling(dtype, sizes, ceiling_repeats) for dtype in dtypes},
     }

@@ -60,16 +60,18 @@ def run_task(
     name: str,
     timeout_seconds: float,
     memory_cap_mb: float | None = None,
+    worker: str = "benchmarks.worker",
 ) -> TaskOutcome:
-    """Runs `python -m benchmarks.worker TASK` with `params`; waits, enforcing the limits.
+    """Runs `python -m WORKER TASK` with `params`; waits, enforcing the limits.
 
     Args:
-        task: a name in `benchmarks.worker.TASKS`.
+        task: a name in the worker's tasks (`benchmarks.sections.TASKS` for mptfx bench).
         params: the task's JSON-able parameters.
         bench_dir: `<workspace>/bench`; params, results and logs go below it.
         name: file-name-safe label of this run of the task.
         timeout_seconds: kill the task after this long.
         memory_cap_mb: kill the task when its resident memory exceeds this (CPU).
+        worker: the module run as the task's process (the lab's: tools.lab.worker).
     """
     tasks_dir = Path(bench_dir) / "tasks"
     logs_dir = Path(bench_dir) / "logs"
@@ -84,7 +86,7 @@ def run_task(
     started = time.monotonic()
     with open(log_path, "w") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "benchmarks.worker", task, str(params_path), str(result_path)],
+            [sys.executable, "-m", worker, task, str(params_path), str(result_path)],
             stdout=log,
             stderr=subprocess.STDOUT,
             env=env,

@@ -19,10 +19,6 @@ SECTIONS = (
     "auto_check",
     "largest_batch",
     "input_pipeline",
-    "overhead",
-    "publication",
-    "pipeline",
-    "stock_tfx",
     "data_scale",
 )
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
@@ -36,17 +32,13 @@ SEED_MODEL = "seed_cnn"
 MIN_SPEEDUP_FOR_BATCH_SEARCH = 0.1
 
 
-# Typical --quick durations on the 2-core CI machine under load (for the time budget).
+# Typical --quick durations on the 2-core CI machine under load: what the sections before
+# one leave it of the time budget.
 SECTION_SECONDS = {
     "auto_check": 40.0,
-    "stock_tfx": 150.0,
     "largest_batch": 120.0,
     "input_pipeline": 60.0,
-    # Last in SECTIONS: on a busy machine it is the one --quick leaves out, not the others.
     "data_scale": 220.0,
-    "overhead": 110.0,
-    "publication": 45.0,
-    "pipeline": 75.0,
 }
 
 
@@ -76,9 +68,11 @@ class Preset:
     data_scale_input_seconds: float
     pipeline_timeout_seconds: float
     profile_steps: int
-    # A section is skipped when it would likely end after this (0: no budget); with the
-    # host and the throughput matrix always run, `--quick` stays within `make bench`'s
-    # 15 minutes on a busy 2-core machine.
+    # Seconds the run aims to end within (0: no aim). Every selected section runs; the
+    # optional work inside the throughput matrix and the batch search (other models'
+    # cells, further precisions) is left out when it would leave the sections after it
+    # less than their SECTION_SECONDS. A quiet 2-core machine stays within `make bench`'s
+    # 15 minutes; a busy one takes longer but still ends every section.
     time_budget_seconds: float
 
 
@@ -146,12 +140,8 @@ class CellSpec:
         warmup_seconds: untimed steps after the first call, at least one.
         window_seconds: target length of one timed window (whole steps, at least one).
         windows: number of timed windows; the median is reported.
-        ceiling_sizes: matmul size per dtype ("float32", "float16", "bfloat16").
         time_budget_seconds: fewer windows (never fewer than two) when the full count
             would take longer than this.
-        profile_steps: after the windows, trace this many steps with TensorFlow's profiler
-            and time each convolution and dense pass alone (benchmarks/kernels.py), to
-            report where the time goes (0: neither).
     """
 
     model: str
@@ -163,9 +153,7 @@ class CellSpec:
     warmup_seconds: float = 1.0
     window_seconds: float = 1.0
     windows: int = 5
-    ceiling_sizes: dict[str, int] = dataclasses.field(default_factory=dict)
     time_budget_seconds: float = 120.0
-    profile_steps: int = 0
 
 
 @dataclasses.dataclass(frozen=True)

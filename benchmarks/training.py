@@ -7,14 +7,13 @@ Trainer's train step without any input pipeline (like NVIDIA's `--synthetic` run
 
 Timing: the first call (tracing, XLA compilation) and a warm-up are excluded; then
 `windows` timed windows of whole steps, each ending with a device sync. The cell's
-throughput is the median window. A matmul ceiling of the compute dtype is measured before
-every window, so MFU compares numbers taken under the same machine load.
+throughput is the median window.
 
 Example:
 
     result = run_cell(CellSpec("seed_cnn", "float32", xla=False, batch_size=32,
                                input_shape=(64, 64, 1)))
-    result["samples_per_sec"], result["mfu"]
+    result["samples_per_sec"], result["peak_memory_mb"]
 """
 
 from __future__ import annotations
@@ -22,7 +21,6 @@ from __future__ import annotations
 import json
 import resource
 import statistics
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -30,11 +28,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from benchmarks.ceiling import MatmulCeiling
-from benchmarks.flops import count_flops
-from benchmarks.kernels import kernel_efficiency, optimizer_update_ms
-from benchmarks.plan import COMPUTE_DTYPES, CellSpec
-from benchmarks.profile import profile_steps
+from benchmarks.plan import CellSpec
 from components.trainer.precision import describe_devices
 from models import SEGMENTATION, build_model, model_task
 from models.segmentation import DiceBCELoss, DiceCoefficient
@@ -48,7 +42,7 @@ def build_compiled_model(
     cross-entropy and accuracy for classification, Dice + BCE and Dice for segmentation.
 
     Under mixed_float16 Keras wraps Adam in a LossScaleOptimizer by itself. This is the
-    plain Keras train step: what the Trainer adds to it is measured by benchmarks/overhead.py.
+    plain Keras train step (what the Trainer adds to it: the lab's tools/lab/overhead.py).
     """
     keras.mixed_precision.set_dtype_policy(precision)
     model = build_model(name, tuple(input_shape), num_classes)
@@ -152,74 +146,37 @@ def time_steps(
 
 
 def run_cell(spec: CellSpec) -> dict[str, Any]:
-    """Measures one cell; returns its throughput, memory, FLOPs and MFU (JSON-able)."""
-    compute_dtype = COMPUTE_DTYPES[spec.precision]
-    ceilings = {
-        dtype: MatmulCeiling(dtype, spec.ceiling_sizes.get(dtype, 2048))
-        for dtype in sorted({"float32", compute_dtype})
-    }
-    ceiling_samples: dict[str, list[float]] = {dtype: [] for dtype in ceilings}
+    """Measures one cell; returns its throughput and memory (JSON-able).
 
-    def measure_ceilings() -> None:
-        for dtype, ceiling in ceilings.items():
-            ceiling_samples[dtype].append(ceiling.measure_gflops())
-
-    memory = MemoryMeter()  # after the ceiling matrices, so they count as baseline
+    The lab's MFU cell (tools/lab/mfu.py) times the same step with matmul ceilings between
+    the windows and counted FLOPs."""
+    memory = MemoryMeter()
     model = build_compiled_model(
         spec.model, spec.input_shape, spec.num_classes, spec.precision, spec.xla
     )
-    flops = count_flops(model)
     data = [synthetic_batch(model, spec.batch_size, spec.num_classes)]
     model.make_train_function()
     train_function = model.train_function
     timing = time_steps(
-        lambda: train_function(data),
-        lambda logs: float(logs["loss"]),
-        spec.batch_size,
-        spec,
-        between_windows=measure_ceilings,
+        lambda: train_function(data), lambda logs: float(logs["loss"]), spec.batch_size, spec
     )
-    peak_memory_mb = memory.peak_mb()  # before the profiler adds its own buffers
-    profile = []
-    if spec.profile_steps:
-        profile = profile_steps(
-            lambda: train_function(data),
-            lambda logs: float(logs["loss"]),
-            spec.profile_steps,
-            tempfile.mkdtemp(prefix="mptfx-profile-"),
-            [layer.name for layer in model.layers],
-        )
-    ceiling_gflops = {dtype: statistics.median(v) for dtype, v in ceiling_samples.items()}
-    kernels, optimizer_ms = [], None
-    if spec.profile_steps:
-        kernels = kernel_efficiency(model, spec.batch_size, ceiling_gflops[compute_dtype])
-        optimizer_ms = optimizer_update_ms(model)
-    achieved_gflops = timing["samples_per_sec"] * flops.training_per_sample / 1e9
+    return {**timing, **cell_facts(model, spec, memory)}
+
+
+def cell_facts(model: keras.Model, spec: CellSpec, memory: MemoryMeter) -> dict[str, Any]:
+    """What a measured cell reports beside its timing: device, parameters, memory."""
+    peak_memory_mb = memory.peak_mb()
     return {
-        **timing,
         "unit": "volumes" if len(spec.input_shape) == 4 else "images",
         "device": "GPU" if memory.on_gpu else "CPU",
         "devices": [d.name for d in describe_devices()],
         "params": int(model.count_params()),
-        "training_flops_per_sample": flops.training_per_sample,
-        "forward_flops_per_sample": flops.forward_per_sample,
-        "achieved_gflops": achieved_gflops,
-        "compute_dtype": compute_dtype,
-        "ceiling_gflops": ceiling_gflops[compute_dtype],
-        "ceiling_size": ceilings[compute_dtype].size,
-        "mfu": achieved_gflops / ceiling_gflops[compute_dtype],
-        "ceiling_float32_gflops": ceiling_gflops["float32"],
-        "mfu_vs_float32": achieved_gflops / ceiling_gflops["float32"],
         "memory_kind": memory.kind,
         "peak_memory_mb": peak_memory_mb,
         "baseline_memory_mb": memory.baseline_mb,
         # What training added to the idle process (TensorFlow's runtime alone holds
         # ~0.7 GB of RSS on a CPU): the memory a precision can save.
         "training_memory_mb": peak_memory_mb - memory.baseline_mb,
-        "flops_by_layer": flops.to_dict()["layers"],
-        "profile": profile,
-        "kernels": kernels,
-        "optimizer_update_ms": optimizer_ms,
     }
 
 

@@ -12,10 +12,10 @@ import json
 import os
 import sys
 import traceback
+from collections.abc import Mapping
 from typing import Any
 
-from benchmarks.sections import TASKS
-from benchmarks.sections.tasks import from_json
+from benchmarks.sections.tasks import Task, from_json
 
 
 def _register_user_model(user_model: dict[str, str] | None) -> str | None:
@@ -36,14 +36,17 @@ def _write_json(path: str, content: dict[str, Any]) -> None:
     os.replace(staging, path)
 
 
-def main(argv: list[str]) -> int:
-    """Runs one task; returns the process exit code (0 ok, 1 the task raised)."""
+def main(argv: list[str], tasks: Mapping[str, Task] | None = None) -> int:
+    """Runs one task of `tasks` (default: mptfx bench's); returns the process exit code
+    (0 ok, 1 the task raised)."""
+    if tasks is None:
+        from benchmarks.sections import TASKS as tasks
     name, params_path, result_path = argv
     with open(params_path) as f:
         values = json.load(f)
     try:
         user_model = _register_user_model(values.pop("user_model", None))
-        task = TASKS[name]
+        task = tasks[name]
         result = task.measure(from_json(task.params, values))
         if user_model:
             result["user_model"] = user_model

@@ -9,6 +9,8 @@ can be rendered again.
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from benchmarks.sections.tasks import Task
@@ -24,11 +26,14 @@ class Section:
         name: its --sections name (benchmarks/plan.py SECTIONS) and its key in results.json.
         tasks: the worker tasks it starts; benchmarks/worker.py runs them by name.
         required: the run stops (exit 1) when this section left no entry in the results.
+        selectable: a --sections choice (the host always runs; a rendering-only section
+            is never asked for).
     """
 
     name = ""
     tasks: tuple[Task, ...] = ()
     required = False
+    selectable = True
 
     def wanted(self, ctx: Context) -> bool:
         """Whether this run runs it: selected, and (with --quick) likely to end in time."""
@@ -45,6 +50,29 @@ class Section:
     def verdicts(self, results: dict[str, Any]) -> list[str]:
         """Its plain-sentence findings."""
         return []
+
+
+@dataclasses.dataclass(frozen=True)
+class Suite:
+    """A set of sections run together: `mptfx bench` (benchmarks/sections/__init__.py
+    `BENCH`) or the developer lab run from the checkout (tools/lab, `LAB`).
+
+    Attributes:
+        title: the command, as the console and results.md name it.
+        sections: its sections in the order they run (the host first).
+        worker: the module its task processes run (`python -m WORKER TASK ...`).
+        seconds: typical --quick seconds per section name, for the --quick time budget.
+    """
+
+    title: str
+    sections: tuple[Section, ...]
+    worker: str
+    seconds: Mapping[str, float]
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The --sections choices: every section a run can ask for (not the host)."""
+        return tuple(s.name for s in self.sections if s.selectable)
 
 
 def xla(on: bool) -> str:

@@ -4,7 +4,7 @@ The results dict (results.json), the console, the failures, the device and model
 host section found, and the plumbing a section runs through: `task` starts a worker
 process, `store` puts a section's entry into the results and `save` rewrites results.json
 (after every section, so an interrupted run keeps what it measured), `wanted` applies
---sections and the --quick time budget.
+--sections and `room_for` the --quick time budget.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any, TextIO
 
 from benchmarks.launch import TaskOutcome, run_task
 from benchmarks.options import BenchOptions
-from benchmarks.plan import SECTION_SECONDS, ModelSetup, model_setup
+from benchmarks.plan import ModelSetup, model_setup
 from benchmarks.sections.tasks import Task, to_json
 
 RESULTS_JSON = "results.json"
@@ -30,18 +30,21 @@ class Context:
     """One run: its options, results and console, shared by the sections in turn.
 
     Attributes:
-        sections: the run's sections in order (benchmarks/sections/__init__.py).
+        suite: what runs: its sections in order, their worker module and --quick seconds
+            (benchmarks/sections/__init__.py `BENCH`, or the lab's).
+        sections: the suite's sections.
         device: "CPU" or "GPU", once the host section ran.
         models: the models to measure, once the host section ran.
         data: the digits prepared once for the data sections (benchmarks/sections/data.py);
             `data_asked` once a data section asked for them.
     """
 
-    def __init__(self, options: BenchOptions, out: TextIO, sections: Sequence[Any]) -> None:
+    def __init__(self, options: BenchOptions, out: TextIO, suite: Any) -> None:
         self.options = options
         self.preset = options.preset
         self.out = out
-        self.sections = tuple(sections)
+        self.suite = suite
+        self.sections: Sequence[Any] = tuple(suite.sections)
         self.bench_dir = Path(options.workspace).resolve() / "bench"
         self.failures: list[str] = []
         self.started = time.monotonic()
@@ -76,7 +79,8 @@ class Context:
             values["user_model"] = {"module_file": self.options.model_file,
                                     "builder": self.options.model_builder,
                                     "task": self.options.model_task}
-        outcome = run_task(task.name, values, self.bench_dir, name, timeout, memory_cap_mb)
+        outcome = run_task(task.name, values, self.bench_dir, name, timeout, memory_cap_mb,
+                           worker=self.suite.worker)
         self.results.setdefault("task_seconds", {})[name] = round(outcome.seconds, 1)
         if outcome.status == "failed" and _UNSUPPORTED in (outcome.error or ""):
             # A fact about this platform (e.g. no float16 MaxPool3D kernel on CPUs), not a
@@ -100,20 +104,28 @@ class Context:
         path.with_suffix(".partial").write_text(json.dumps(self.results, indent=2, default=str))
         path.with_suffix(".partial").replace(path)
 
-    def wanted(self, section: str, announce: bool = True) -> bool:
-        """Whether to run `section`: selected, and (with --quick) likely to end in time."""
-        if section not in self.options.sections:
-            return False
+    def wanted(self, section: str) -> bool:
+        """Whether to run `section`: selected. A selected section always runs, also past
+        the --quick budget: the sections before it size their work to leave it its time
+        (`room_for`), and a section that still cannot run fails the run by name."""
+        return section in self.options.sections
+
+    def elapsed(self) -> float:
+        """Seconds since the run started."""
+        return time.monotonic() - self.started
+
+    def room_for(self, seconds: float, after: str) -> bool:
+        """Whether `seconds` more of section `after` still leave the --quick budget the
+        typical time of every selected section after it (always True without a budget).
+        How a section sizes its own work so that the sections after it still run."""
         budget = self.preset.time_budget_seconds
-        elapsed = time.monotonic() - self.started
-        if budget and elapsed + SECTION_SECONDS.get(section, 0) > budget:
-            if announce:
-                reason = (f"skipped: {elapsed:.0f} s gone of the {budget:.0f} s --quick "
-                          "budget (a busy machine); run it alone with --sections")
-                self.results.setdefault("skipped_sections", {})[section] = reason
-                self.say(f"  {section}: {reason}")
-            return False
-        return True
+        if not budget:
+            return True
+        names = [section.name for section in self.sections]
+        later = names[names.index(after) + 1:] if after in names else []
+        reserve = sum(self.suite.seconds.get(name, 0) for name in later
+                      if name in self.options.sections)
+        return self.elapsed() + seconds + reserve <= budget
 
     def setup(self, model: str) -> ModelSetup:
         """The input shape, batch and classes `model` is measured at in this run."""

@@ -37,7 +37,7 @@ class DataSection(Section):
     """A section measured on the shared digits (`ctx.data`)."""
 
     def wanted(self, ctx: Context) -> bool:
-        return shared_data(ctx) is not None and ctx.wanted(self.name)
+        return ctx.wanted(self.name) and shared_data(ctx) is not None
 
 
 def shared_data(ctx: Context) -> dict[str, Any] | None:
@@ -45,7 +45,7 @@ def shared_data(ctx: Context) -> dict[str, Any] | None:
     if not ctx.data_asked:
         ctx.data_asked = True
         names = [section.name for section in ctx.sections if isinstance(section, DataSection)]
-        if any(ctx.wanted(name, announce=False) for name in names):
+        if any(ctx.wanted(name) for name in names):
             ctx.data = _prepare(ctx)
     return ctx.data
 

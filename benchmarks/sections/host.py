@@ -1,7 +1,8 @@
-"""`host`, first in every run: devices, versions, `auto`'s choice, matmul ceilings.
+"""`host`, first in every run: devices, CPU flags, versions, `auto`'s static rule.
 
-Its results decide the rest of the run: the device the model sizes are chosen for, the
-registered models, and the ceilings MFU is measured against. Without them the run stops.
+Its results decide the rest of the run: the device the model sizes are chosen for and the
+registered models. Without them the run stops. (The lab's `mfu` section measures the
+matmul ceilings: tools/lab/.)
 """
 
 from __future__ import annotations
@@ -10,7 +11,6 @@ import dataclasses
 from typing import Any
 
 from benchmarks.options import BenchOptions
-from benchmarks.plan import COMPUTE_DTYPES
 from benchmarks.sections.base import Section, xla
 from benchmarks.sections.context import Context
 from benchmarks.sections.tasks import Task, arguments
@@ -19,11 +19,7 @@ from components.errors import UsageError
 
 @dataclasses.dataclass(frozen=True)
 class HostParams:
-    """ceiling_repeats: timed repeats per matmul size; dtypes: the compute dtypes whose
-    ceilings the run needs (float32 and those of the selected precisions)."""
-
-    ceiling_repeats: int
-    dtypes: tuple[str, ...]
+    """Nothing to choose: the host is described as it is."""
 
 
 def measure(params: HostParams) -> dict[str, Any]:
@@ -53,29 +49,22 @@ class Host(Section):
     name = "host"
     tasks = (HOST,)
     required = True
+    selectable = False
 
     def wanted(self, ctx: Context) -> bool:
         return True  # every run: the other sections need what it finds
 
     def run(self, ctx: Context) -> None:
-        ctx.say("  host: devices, auto's choice, matmul ceilings ...")
-        dtypes = ["float32"] + [
-            COMPUTE_DTYPES[p] for p in ctx.options.precisions if COMPUTE_DTYPES[p] != "float32"
-        ]
-        params = HostParams(ceiling_repeats=ctx.preset.ceiling_repeats, dtypes=tuple(dtypes))
-        outcome = ctx.task(HOST, params, "host", timeout=600)
+        ctx.say("  host: devices, CPU flags, auto's static rule ...")
+        outcome = ctx.task(HOST, HostParams(), "host", timeout=600)
         if not outcome.ok:
             ctx.say(f"  host failed: {outcome.error}")
             return
         host = outcome.result
         ctx.results["host"] = host
         ctx.device = host["device"]
-        ceilings = ", ".join(
-            f"{dtype} {c['gflops']:.0f} GFLOP/s ({c['size']}²)"
-            for dtype, c in host["ceilings"].items()
-        )
-        ctx.say(f"  host: {host['cpu']['model_name']} {host['device']}; ceilings: {ceilings}; "
-                f"auto: {host['auto']['precision']}, xla {host['auto']['xla']} "
+        ctx.say(f"  host: {host['cpu']['model_name']} {host['device']}; auto's static rule: "
+                f"{host['auto']['precision']}, xla {xla(host['auto']['xla'])} "
                 f"({outcome.seconds:.0f} s)")
         ctx.save()
         ctx.models = choose_models(ctx.options, host["models"], host.get("user_model"))
@@ -90,20 +79,15 @@ class Host(Section):
                          if d.get("compute_capability") else "")
             for d in host.get("devices", [])
         )
-        ceilings = "; ".join(
-            f"{dtype} {c['gflops']:.0f} GFLOP/s at {c['size']}²"
-            for dtype, c in host.get("ceilings", {}).items()
-        )
         return [
             f"Host: {cpu.get('model_name')}, {cpu.get('logical_cpus')} logical CPUs, flags "
             f"{', '.join(cpu.get('flags', [])) or 'none of interest'}; devices: {devices}; "
             f"TensorFlow {host.get('tensorflow')}, Keras {host.get('keras')}.",
             "",
-            f"Matmul ceiling (best median over square sizes): {ceilings}.",
-            "",
-            f"`auto` on this machine: precision {host['auto']['precision']} "
-            f"({host['auto']['precision_reason']}), XLA {xla(host['auto']['xla'])} "
-            f"({host['auto']['xla_reason']}).",
+            f"`auto`'s static rule on this machine (where `trainer.autotune: off` stays; "
+            f"with autotune on the Trainer measures, see the auto check): precision "
+            f"{host['auto']['precision']} ({host['auto']['precision_reason']}), XLA "
+            f"{xla(host['auto']['xla'])} ({host['auto']['xla_reason']}).",
             "",
         ]
 

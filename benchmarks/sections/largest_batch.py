@@ -73,15 +73,21 @@ class LargestBatch(Section):
         ctx.results["largest_batch"] = {"memory_cap_mb": cap, "rows": rows}
         ctx.say(f"  largest batch: {', '.join(models) or 'no model'}"
                 + (f", CPU memory cap {cap:.0f} MB (peak RSS)" if cap else ", GPU memory"))
+        longest = 0.0  # the longest search so far: the next one's likely cost
         for model in models:
             setup = ctx.setup(model)
             for precision in ctx.options.precisions:
                 skip = _skip_reason(ctx, model, precision)
+                if not skip and longest and not ctx.room_for(longest, self.name):
+                    skip = ("--quick budget: left for the sections after this one on a busy "
+                            "machine; search it alone with --sections largest_batch")
                 if skip:
                     rows.append({"model": model, "precision": precision, "skipped": skip})
                     ctx.say(f"    {model} {precision}: skipped ({skip})")
                     continue
+                started = ctx.elapsed()
                 row = _search(ctx, model, precision, setup, cap)
+                longest = max(longest, ctx.elapsed() - started)
                 rows.append(row)
                 ctx.say(f"    {model} {precision}: largest batch {row['largest']}"
                         f" (first failure {row['first_failure']}, "

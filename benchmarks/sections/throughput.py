@@ -3,7 +3,11 @@
 Each cell runs in a fresh process (`train_cell`, benchmarks/training.py); its speedup is
 over the same model's float32 without XLA in this run. The seed model runs first: with
 --quick on a CPU its cells decide which of the other models' cells are worth measuring
-(plan.cell_skip_reason). Its verdicts: the fastest cell against `auto`, and the MFU target.
+(plan.cell_skip_reason). With --quick, a cell of another model that would leave the
+sections after it no time in the budget is skipped, saying so (`Context.room_for`): the
+seed model's cells always run. Its verdict: each model's fastest cell. Where `auto` stands
+against it is the auto_check section's verdict, from the choice the Trainer measured; MFU
+against matmul ceilings is the lab's (tools/lab/).
 """
 
 from __future__ import annotations
@@ -14,8 +18,6 @@ from benchmarks.plan import REFERENCE_PRECISION, SEED_MODEL, CellSpec, cell_skip
 from benchmarks.sections.base import Section, number, shape, short, xla
 from benchmarks.sections.context import Context
 from benchmarks.sections.tasks import Task
-
-MFU_TARGET = 0.60
 
 
 def measure(spec: CellSpec) -> dict[str, Any]:
@@ -47,23 +49,37 @@ def cell_summary(row: dict[str, Any]) -> str:
         return f"{row['status']}: {row['error']}"
     speedup = f", {row['speedup']:.2f}x" if row.get("speedup") is not None else ""
     return (f"{row['samples_per_sec']:.1f} {row['unit']}/s, {row['step_ms']:.1f} ms/step"
-            f"{speedup}, MFU {row['mfu']:.0%}, {row['memory_kind']} "
+            f"{speedup}, {row['memory_kind']} "
             f"{row['peak_memory_mb']:.0f} MB")
 
 
-def ok_cells(results: dict[str, Any], model: str) -> list[dict[str, Any]]:
-    """`model`'s measured cells."""
+def ok_cells(results: dict[str, Any], model: str, key: str = "throughput"
+             ) -> list[dict[str, Any]]:
+    """`model`'s measured cells (of the `key` matrix: the lab's MFU cells are `mfu`)."""
     return [
-        row for row in results.get("throughput", [])
+        row for row in results.get(key, [])
         if row["model"] == model and row["status"] == "ok"
     ]
 
 
 class Throughput(Section):
+    """The matrix. The lab's MFU matrix (tools/lab/sections/mfu.py) is this one with its
+    own task per cell (`cell_task`) and what it measures first (`prepare`)."""
+
     name = "throughput"
     tasks = (TRAIN_CELL,)
 
+    def prepare(self, ctx: Context) -> bool:
+        """Before the cells; False ends the section."""
+        return True
+
+    def cell_task(self, ctx: Context, spec: CellSpec) -> tuple[Task, Any]:
+        """The task measuring the cell `spec` and its parameters."""
+        return TRAIN_CELL, spec
+
     def run(self, ctx: Context) -> None:
+        if not self.prepare(ctx):
+            return
         ordered = sorted(ctx.models, key=lambda name: name != SEED_MODEL)
         cells = [
             (model, precision, on)
@@ -71,10 +87,10 @@ class Throughput(Section):
             for precision in ctx.options.precisions
             for on in ctx.options.xla
         ]
-        ceiling_sizes = {d: c["size"] for d, c in ctx.results["host"]["ceilings"].items()}
         rows: list[dict[str, Any]] = []
-        ctx.results["throughput"] = rows
-        ctx.say(f"  throughput: up to {len(cells)} cells, each in a fresh process")
+        costs: list[float] = []
+        ctx.results[self.name] = rows
+        ctx.say(f"  {self.name}: up to {len(cells)} cells, each in a fresh process")
         for index, (model, precision, on) in enumerate(cells, 1):
             setup = ctx.setup(model)
             label = f"  [{index}/{len(cells)}] {model} {precision} xla={xla(on)}"
@@ -87,6 +103,10 @@ class Throughput(Section):
             }
             skip = cell_skip_reason(model, precision, on, ctx.device, ctx.options.quick,
                                     seed_speedups)
+            if not skip and model != SEED_MODEL and not ctx.room_for(max(costs, default=0.0),
+                                                                     self.name):
+                skip = ("--quick budget: left for the sections after this one on a busy "
+                        "machine; measure it alone with --models and --sections")
             if skip:
                 rows.append({**cell, "status": "skipped", "error": skip})
                 ctx.say(f"{label}: skipped ({skip})")
@@ -101,20 +121,18 @@ class Throughput(Section):
                 warmup_seconds=ctx.preset.warmup_seconds,
                 window_seconds=ctx.preset.window_seconds,
                 windows=ctx.preset.windows,
-                ceiling_sizes=ceiling_sizes,
                 time_budget_seconds=ctx.preset.cell_budget_seconds,
-                # The MFU-target cell also says where its time goes.
-                profile_steps=ctx.preset.profile_steps if (
-                    model == SEED_MODEL and precision == REFERENCE_PRECISION and not on
-                ) else 0,
             )
             load = ctx.load()
-            outcome = ctx.task(TRAIN_CELL, spec, f"cell-{model}-{precision}-xla{xla(on)}",
+            task, params = self.cell_task(ctx, spec)
+            started = ctx.elapsed()
+            outcome = ctx.task(task, params, f"{self.name}-{model}-{precision}-xla{xla(on)}",
                                timeout=ctx.preset.cell_timeout_seconds)
             row = {**cell, "status": outcome.status, "error": outcome.error,
                    "seconds": round(outcome.seconds, 1), "load_average_1m": load,
                    **(outcome.result or {})}
             rows.append(row)
+            costs.append(ctx.elapsed() - started)  # the next cell's likely cost: the longest
             add_speedups(rows)
             ctx.say(f"{label}: {cell_summary(row)} ({outcome.seconds:.0f} s, load {load})")
             ctx.save()
@@ -127,71 +145,48 @@ class Throughput(Section):
             "### Training throughput (synthetic data on the device)",
             "",
             "Median of timed windows after warm-up; speedup over float32 without XLA of the "
-            "same model in this run; MFU = counted training FLOP/s ÷ matmul ceiling of the "
-            "compute dtype, measured between the windows (benchmarks/flops.py has the formula).",
+            "same model in this run.",
             "",
             "| model | input | batch | precision | XLA | samples/s | step ms | speedup "
-            "| peak memory MB | GFLOP/s | MFU | load |",
-            "|---|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|",
+            "| peak memory MB | load |",
+            "|---|---|---:|---|---|---:|---:|---:|---:|---:|",
         ]
         for row in rows:
             head = (f"| {row['model']} | {shape(row['input_shape'])} | {row['batch_size']} | "
                     f"{row['precision']} | {xla(row['xla'])} |")
             if row["status"] != "ok":
-                lines.append(f"{head} {row['status']}: {short(row['error'])} | | | | | | | |")
+                lines.append(f"{head} {row['status']}: {short(row['error'])} | | | | |")
                 continue
             lines.append(
                 f"{head} {number(row['samples_per_sec'], 1)} {row['unit']}/s | "
                 f"{number(row['step_ms'], 1)} | {number(row.get('speedup'), 2)}× | "
                 f"{number(row['peak_memory_mb'])} ({row['memory_kind']}; "
                 f"+{number(row.get('training_memory_mb'))} training) | "
-                f"{number(row['achieved_gflops'], 1)} | {row['mfu']:.0%} "
-                f"(of {row['ceiling_gflops']:.0f}) | {number(row.get('load_average_1m'), 1)} |"
+                f"{number(row.get('load_average_1m'), 1)} |"
             )
         return lines + [""]
 
     def verdicts(self, results: dict[str, Any]) -> list[str]:
-        lines: list[str] = []
-        for model in dict.fromkeys(row["model"] for row in results.get("throughput", [])):
-            lines += _fastest_verdict(results, model)
-        seed = next((row for row in ok_cells(results, SEED_MODEL)
-                     if row["precision"] == REFERENCE_PRECISION and not row["xla"]), None)
-        if seed:
-            holds = "holds" if seed["mfu"] >= MFU_TARGET else "does NOT hold"
-            lines.append(
-                f"MFU target ({MFU_TARGET:.0%} of the matmul ceiling) {holds} for {SEED_MODEL} "
-                f"float32 {shape(seed['input_shape'])} batch {seed['batch_size']}: "
-                f"{seed['achieved_gflops']:.1f} GFLOP/s of {seed['ceiling_gflops']:.1f} = "
-                f"{seed['mfu']:.0%}."
-            )
-        return lines
+        return [line for model in dict.fromkeys(row["model"] for row in
+                                                results.get("throughput", []))
+                for line in _fastest_verdict(results, model)]
+
+
+def fastest_cell(results: dict[str, Any], model: str) -> dict[str, Any] | None:
+    """`model`'s fastest measured cell in this run (None when none was measured)."""
+    cells = ok_cells(results, model)
+    return max(cells, key=lambda row: row["samples_per_sec"]) if cells else None
 
 
 def _fastest_verdict(results: dict[str, Any], model: str) -> list[str]:
-    """`model`'s fastest cell, and where `auto`'s choice stands against it."""
-    cells = ok_cells(results, model)
-    if not cells:
+    fastest = fastest_cell(results, model)
+    if not fastest:
         return []
-    auto = (results.get("host") or {}).get("auto") or {}
-    fastest = max(cells, key=lambda row: row["samples_per_sec"])
     line = (f"{model}: fastest cell is {fastest['precision']} with XLA "
             f"{xla(fastest['xla'])} ({fastest['samples_per_sec']:,.1f} {fastest['unit']}/s")
     if fastest.get("speedup") is not None:
         line += f", {fastest['speedup']:.2f}× float32 without XLA"
-    line += ")."
-    auto_cell = next((row for row in cells if row["precision"] == auto.get("precision")
-                      and row["xla"] == auto.get("xla")), None)
-    if auto:
-        line += (f" `auto` chooses {auto['precision']} with XLA {xla(auto['xla'])} "
-                 f"({auto['precision_reason']}; {auto['xla_reason']})")
-        if auto_cell is fastest:
-            line += ": the fastest cell."
-        elif auto_cell:
-            ratio = auto_cell["samples_per_sec"] / fastest["samples_per_sec"]
-            line += f", which runs at {ratio:.2f}× the fastest cell."
-        else:
-            line += "."
-    return [line]
+    return [line + ")."]
 
 
 SECTION = Throughput()

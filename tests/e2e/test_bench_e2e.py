@@ -24,20 +24,12 @@ def test_tiny_bench_writes_sane_table_json_and_charts(mptfx, tmp_path):
     assert cell["status"] == "ok"
     assert cell["speedup"] == 1.0  # the reference cell against itself, same run
     assert len(cell["window_rates"]) == 2
-    for key in ("samples_per_sec", "step_ms", "peak_memory_mb", "training_memory_mb",
-                "achieved_gflops",
-                "ceiling_gflops", "mfu"):
+    for key in ("samples_per_sec", "step_ms", "peak_memory_mb", "training_memory_mb"):
         assert cell[key] > 0, key
-    assert cell["mfu"] < 1.5  # a sane fraction of the ceiling measured beside it
-    assert cell["training_flops_per_sample"] == 2 * (2 * 16 * 16 * 9 * 32) + 3 * (
-        2 * 8 * 8 * 9 * 32 * 64 + 2 * (4 * 4 * 64) * 128 + 2 * 128 * 10
-    )
-    assert results["host"]["ceilings"]["float32"]["gflops"] > 0
+    assert "mfu" not in cell and "ceilings" not in results["host"]  # the lab's instruments
     markdown = (bench / "results.md").read_text()
     assert "| seed_cnn | 16×16×1 | 8 | float32 | off |" in markdown
-    # The MFU cell explains itself: each counted pass timed alone, and the profiler's ops.
-    assert "| conv2 | weight gradient |" in markdown
-    assert cell["optimizer_update_ms"] > 0 and cell["profile"]
+    assert "MFU" not in markdown
     for chart in ("throughput.png", "memory.png"):
         assert (bench / chart).read_bytes()[:4] == b"\x89PNG"
     assert "results.md" in result.stdout

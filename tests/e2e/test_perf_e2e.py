@@ -34,6 +34,13 @@ def test_bench_auto_check_names_auto_fastest_and_ratio_per_model(mptfx, tmp_path
     assert entry["auto"] in measured
     assert entry["ratio"] == pytest.approx(measured[entry["auto"]] / measured[entry["fastest"]])
     assert "### auto check" in (tmp_path / "bench" / "results.md").read_text()
+    # The verdict on auto is the auto check's own choice and ratio (issue 24).
+    (verdict,) = [line for line in results["verdicts"] if "`auto`" in line]
+    assert verdict.startswith(f"seed_cnn: `auto` ({entry['auto_status']}) chooses "
+                              f"{entry['auto']}")
+    assert ("the fastest cell." in verdict) == (entry["auto"] == entry["fastest"])
+    if entry["auto"] != entry["fastest"]:
+        assert f"runs at {entry['ratio']:.2f}× the fastest cell" in verdict
 
 
 def test_the_stock_tfx_pipeline_trains_evaluates_and_pushes(tmp_path):
@@ -41,7 +48,7 @@ def test_the_stock_tfx_pipeline_trains_evaluates_and_pushes(tmp_path):
 
     examples = write_digits_examples(str(tmp_path / "digits"), 1797)
     completed = subprocess.run(
-        [sys.executable, "-m", "benchmarks.stock_tfx", examples, str(tmp_path / "work"),
+        [sys.executable, "-m", "tools.lab.stock_tfx", examples, str(tmp_path / "work"),
          json.dumps({"epochs": 3, "batch_size": 32, "input_size": [16, 16]})],
         cwd=REPO, capture_output=True, text=True, timeout=900,
     )

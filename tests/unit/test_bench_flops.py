@@ -6,7 +6,7 @@ import keras
 import pytest
 
 import models
-from benchmarks.flops import count_flops
+from tools.lab.flops import count_flops
 
 
 def _tiny_cnn(conv_trainable: bool = True) -> keras.Model:

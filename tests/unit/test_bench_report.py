@@ -5,8 +5,10 @@ from __future__ import annotations
 import pytest
 
 from benchmarks import charts, report
+from benchmarks.autocheck import auto_check_rows
 from benchmarks.sections.throughput import add_speedups
 from components.trainer.batch_size import search_largest_batch
+from tools.lab.sections import SECTIONS as LAB_SECTIONS
 
 
 def _probe_log(limit: int):
@@ -80,11 +82,14 @@ def results() -> dict:
             "device": "CPU",
             "cpu": {"model_name": "Test CPU", "logical_cpus": 2, "flags": ["avx512_bf16"]},
             "devices": [{"kind": "CPU", "name": "/physical_device:CPU:0"}],
-            "ceilings": {"float32": {"gflops": 200.0, "size": 2048}},
             "auto": {"precision": "float32", "precision_reason": "CPU", "xla": False,
                      "xla_reason": "CPU"},
         },
         "throughput": rows,
+        "auto_check": auto_check_rows(rows, {"seed_cnn": {"auto": "float32 xla off",
+                                                          "status": "measured"}}),
+        "mfu": rows,
+        "ceilings": {"float32": {"gflops": 200.0, "size": 2048}},
         "overhead": {
             "status": "ok", "model": "seed_cnn", "input_size": [16, 16], "batch_size": 32,
             "precision": "float32", "xla": False, "epochs": 4, "rounds": 2, "train_examples": 5748,
@@ -107,11 +112,16 @@ def test_speedup_is_relative_to_float32_without_xla(results):
     assert speedups == [1.0, pytest.approx(1 / 3), 2.0, None]
 
 
-def test_verdicts_name_the_fastest_cell_auto_and_the_targets(results):
-    found = report.verdicts(results)
-    text = "\n".join(found)
+def test_verdicts_name_the_fastest_cell_and_auto_s_measured_choice(results):
+    text = "\n".join(report.verdicts(results))
     assert "fastest cell is mixed_bfloat16 with XLA off" in text
-    assert "runs at 0.50× the fastest cell" in text
+    assert ("`auto` (measured) chooses float32 xla off, which runs at 0.50× the fastest "
+            "cell (mixed_bfloat16 xla off)") in text
+    assert "MFU" not in text and "Trainer" not in text and "TF Lite" not in text
+
+
+def test_the_lab_s_verdicts_name_the_targets(results):
+    text = "\n".join(report.verdicts(results, LAB_SECTIONS))
     assert "MFU target (60% of the matmul ceiling) does NOT hold" in text  # 39%
     assert "Trainer's own tf.data pipeline runs at 0.50" in text
     assert "the Trainer runs at 0.95 of that" in text
@@ -123,6 +133,8 @@ def test_markdown_shows_every_cell_including_the_failed_one(results):
     markdown = report.render_markdown(results)
     assert "| seed_cnn | 64×64×1 | 32 | mixed_bfloat16 | off | 1,200.0 images/s |" in markdown
     assert "timeout: timed out after 150 s" in markdown
+    markdown = report.render_markdown(results, LAB_SECTIONS)
+    assert "| seed_cnn | 64×64×1 | 32 | mixed_bfloat16 | off | 1,200.0 | 156.0 | 78%" in markdown
     assert "| mptfx Trainer `run_fn` | 1,900 | 1,800–2,000 | 0.47 |" in markdown
     assert "| TF Lite fp16 | 0.6 | 0.600 |" in markdown
 

@@ -1,6 +1,7 @@
-"""`run_bench` over every section, with the worker processes and `mptfx run` replaced by
-canned results: what each section sends its tasks, the console, results.json and results.md,
-the --quick budget and the exit codes. No subprocess, no TensorFlow."""
+"""`run_bench` over every section of mptfx bench and of the lab (tools/lab), with the worker
+processes and `mptfx run` replaced by canned results: what each section sends its tasks,
+the console, results.json, results.md and the generated performance page, the --quick
+budget and the exit codes. No subprocess, no TensorFlow."""
 
 from __future__ import annotations
 
@@ -18,10 +19,11 @@ from benchmarks.options import BenchOptions
 from benchmarks.plan import SECTIONS
 from benchmarks.runner import run_bench
 from benchmarks.sections import context
+from tools.lab import sections as lab_sections
+from tools.lab.sections import LAB
 
 HOST = {"device": "CPU", "cpu": {"model_name": "Test CPU", "logical_cpus": 2, "flags": []},
         "devices": [], "models": ["seed_cnn", "resnet50"],
-        "ceilings": {"float32": {"gflops": 200.0, "size": 2048}},
         "auto": {"precision": "float32", "precision_reason": "CPU", "xla": False,
                  "xla_reason": "CPU"}}
 CELL = {"samples_per_sec": 600.0, "step_ms": 50.0, "peak_memory_mb": 900.0,
@@ -44,6 +46,8 @@ def _result(task: str, params: dict) -> dict | None:
     return {
         "host": HOST,
         "train_cell": CELL,
+        "ceilings": {"float32": {"gflops": 200.0, "size": 2048}},
+        "mfu_cell": CELL,
         "auto_choice": {"auto": "float32 xla off", "status": "measured"},
         "batch_ladder": {},
         "batch_probe": {"fits": params.get("batch_size", 0) <= 80, "peak_memory_mb": 20.0},
@@ -88,8 +92,10 @@ def bench(monkeypatch, tmp_path):
     monkeypatch.setattr(context.time, "monotonic", lambda: clock[0])
     monkeypatch.setattr(charts, "write_charts", lambda results, out_dir: [])
 
-    def run_task(task, params, bench_dir, name, timeout_seconds, memory_cap_mb=None):
+    def run_task(task, params, bench_dir, name, timeout_seconds, memory_cap_mb=None,
+                 worker="benchmarks.worker"):
         calls.append((task, params))
+        workers.add(worker)
         clock[0] += task_seconds
         (Path(bench_dir) / "logs").mkdir(parents=True, exist_ok=True)  # as run_task does
         log = str(Path(bench_dir) / "logs" / f"{name}.log")
@@ -107,40 +113,62 @@ def bench(monkeypatch, tmp_path):
     monkeypatch.setattr(context, "run_task", run_task)
     monkeypatch.setattr(subprocess, "run", mptfx_run)
     failing: set[str] = set()
+    workers: set[str] = set()
     task_seconds = 1.0
 
-    def run(fail=(), seconds=1.0, **options):
+    def run(fail=(), seconds=1.0, suite=sections.BENCH, write_docs=None, **options):
         nonlocal task_seconds
         failing.update(fail)
         task_seconds = seconds
         out = io.StringIO()
-        options = {"workspace": str(tmp_path), "quick": False, "sections": SECTIONS,
+        options = {"workspace": str(tmp_path), "quick": False, "sections": suite.names,
                    "precisions": ("float32",), "xla": (False,), **options}
-        code = run_bench(BenchOptions(**options), out)
+        code = run_bench(BenchOptions(**options), out, suite, write_docs)
         results = json.loads((tmp_path / "bench" / "results.json").read_text())
+        assert workers <= {suite.worker}
         return code, out.getvalue(), results, calls
 
     return run
 
 
-def test_every_section_runs_and_sends_its_tasks_their_dataclass(bench):
-    code, console, results, calls = bench(model_file="/models/mine.py")
+def _check_calls(calls, tasks):
+    for task, params in calls:  # each parameter once, as its dataclass names it
+        fields = {f.name for f in dataclasses.fields(tasks[task].params)}
+        assert set(params) == fields | {"user_model"}
+        assert params["user_model"]["module_file"] == "/models/mine.py"
+    assert {task for task, _ in calls} == set(tasks)
+
+
+def test_every_section_runs_and_sends_its_tasks_their_dataclass(bench, tmp_path):
+    page = tmp_path / "docs" / "PERFORMANCE.md"
+    code, console, results, calls = bench(model_file="/models/mine.py", write_docs=str(page))
 
     assert code == 0, console
     assert set(SECTIONS) <= set(results) and {"host", "data", "ingest"} <= set(results)
-    assert results["pipeline"]["seconds"] == 3.0
-    assert results["stock_tfx"]["ratio"] == pytest.approx(3.0)  # mptfx run 3 s, stock 1 s
     assert 64 <= results["largest_batch"]["rows"][0]["largest"] <= 80  # probes fit to 80
     for heading in ("### Training throughput", "### auto check", "### Largest batch",
-                    "### Input pipeline", "### Data scale", "### Trainer overhead",
-                    "### Publication", "### Pipeline", "### Default `mptfx run` vs a stock TFX",
-                    "### Verdicts"):
+                    "### Input pipeline", "### Data scale", "### Verdicts"):
         assert heading in console  # the results.md it wrote, printed
-    for task, params in calls:  # each parameter once, as its dataclass names it
-        fields = {f.name for f in dataclasses.fields(sections.TASKS[task].params)}
-        assert set(params) == fields | {"user_model"}
-        assert params["user_model"]["module_file"] == "/models/mine.py"
-    assert {task for task, _ in calls} == set(sections.TASKS)
+    for instrument in ("MFU", "ceiling", "### Trainer overhead", "### Publication",
+                       "### Pipeline", "stock TFX"):
+        assert instrument not in console  # the lab's, not the product's
+    _check_calls(calls, sections.TASKS)
+    assert "### Training throughput" in page.read_text() and str(page) in console
+
+
+def test_the_lab_runs_its_instruments_through_its_own_worker(bench):
+    code, console, results, calls = bench(model_file="/models/mine.py", suite=LAB)
+
+    assert code == 0, console
+    assert set(LAB.names) <= set(results) and {"host", "ceilings"} <= set(results)
+    assert results["pipeline"]["seconds"] == 3.0
+    assert results["stock_tfx"]["ratio"] == pytest.approx(3.0)  # mptfx run 3 s, stock 1 s
+    assert results["mfu"][0]["mfu"] == 0.3
+    for heading in ("## mptfx lab", "### MFU", "### Trainer overhead", "### Publication",
+                    "### Pipeline", "### Default `mptfx run` vs a stock TFX", "### Verdicts"):
+        assert heading in console
+    assert "MFU target (60% of the matmul ceiling) does NOT hold" in console
+    _check_calls(calls, lab_sections.TASKS)
 
 
 def test_a_failed_host_ends_the_run_with_exit_1(bench):
@@ -152,21 +180,49 @@ def test_a_failed_host_ends_the_run_with_exit_1(bench):
     assert "throughput" not in results and "verdicts" not in results
 
 
-def test_a_failed_task_is_exit_1_and_named_and_without_data_no_data_section_runs(bench):
+def test_a_failed_task_is_exit_1_and_named_and_a_section_left_without_data_is_named(bench):
     code, console, results, _ = bench(fail={"prepare_data", "auto_choice"})
 
     assert code == 1
     assert "  data failed: prepare_data broke" in console
     assert "FAILED auto-seed_cnn: auto_choice broke" in console
-    assert not {"input_pipeline", "overhead", "publication", "stock_tfx"} & set(results)
-    assert results["pipeline"]["status"] == "completed"
+    assert "input_pipeline" not in results
+    assert "FAILED section input_pipeline not run: what it needs was not measured" in console
+    assert results["data_scale"]  # not a digits section: it ran
 
 
-def test_quick_skips_what_would_end_after_its_budget(bench):
+def test_quick_leaves_other_models_cells_out_so_the_sections_after_them_still_run(bench):
     code, console, results, calls = bench(quick=True, seconds=300.0,
-                                          sections=("throughput", "auto_check", "pipeline"))
+                                          sections=("throughput", "auto_check"))
 
-    assert code == 0
-    assert list(results["skipped_sections"]) == ["auto_check", "pipeline"]
-    assert "  auto_check: skipped: 900 s gone of the 780 s --quick budget" in console
-    assert [task for task, _ in calls] == ["host", "train_cell", "train_cell"]
+    assert code == 0, console
+    seed, resnet = results["throughput"]
+    assert seed["status"] == "ok" and resnet["status"] == "skipped"
+    assert resnet["error"].startswith("--quick budget: left for the sections after this one")
+    # auto_check ran, on the model the matrix measured only.
+    assert [row["model"] for row in results["auto_check"]] == ["seed_cnn"]
+    assert [task for task, _ in calls] == ["host", "train_cell", "auto_choice"]
+
+
+def test_quick_runs_every_listed_section_also_past_its_budget(bench):
+    code, console, results, calls = bench(quick=True, seconds=300.0,
+                                          sections=("throughput", "auto_check", "data_scale"))
+
+    assert code == 0, console
+    assert {"throughput", "auto_check", "data_scale"} <= set(results)
+    assert results["seconds"] > 780  # the budget sized the matrix; no section was dropped
+    assert results["throughput"][1]["error"].startswith("--quick budget")
+    assert "skipped_sections" not in results and "FAILED" not in console
+
+
+def test_quick_searches_one_precision_s_batch_when_more_would_crowd_out_the_rest(bench):
+    code, console, results, calls = bench(quick=True, seconds=100.0,
+                                          precisions=("float32", "mixed_bfloat16"),
+                                          sections=("largest_batch", "data_scale"))
+
+    assert code == 0, console
+    first, second = results["largest_batch"]["rows"]
+    assert first["precision"] == "float32" and first["largest"] >= 64
+    assert second["skipped"].startswith("--quick budget: left for the sections after this")
+    assert "data_scale" in results
+    assert [task for task, _ in calls][:3] == ["host", "batch_ladder", "batch_probe"]

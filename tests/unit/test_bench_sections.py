@@ -1,6 +1,7 @@
-"""The bench's sections (benchmarks/sections/): the entries results.json gets and the
-tables and verdicts results.md shows, from section results as the runner writes them; the
-parameters of every worker task."""
+"""The sections of mptfx bench (benchmarks/sections/) and of the lab (tools/lab/sections/):
+the entries results.json gets and the tables and verdicts results.md shows, from section
+results as the runner writes them; the parameters of every worker task; the verdict on
+`auto` drawn from the choice the Trainer measured."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from benchmarks.autocheck import auto_check_rows
 from benchmarks.plan import SECTIONS
 from benchmarks.sections.data_scale import summarise
 from benchmarks.sections.tasks import from_json, to_json
+from tools.lab import sections as lab_sections
 
 
 def _cell(model, precision, xla, rate, status="ok"):
@@ -54,16 +56,16 @@ def test_a_model_whose_auto_cell_was_not_measured_has_no_ratio():
     assert row["fastest"] == "float32 xla off" and row["ratio"] is None
 
 
-def test_results_md_shows_both_sections():
+def test_results_md_shows_the_auto_check_and_the_lab_s_stock_tfx_comparison():
     results = {
         "auto_check": auto_check_rows(THROUGHPUT, {"seed_cnn": {
             "auto": "float32 xla off", "status": "one candidate"}}),
         "stock_tfx": {"status": "ok", "mptfx_run_seconds": 50.0, "stock_tfx_seconds": 80.0,
                       "ratio": 50 / 80, "components": ["ImportExampleGen", "Pusher"]},
     }
-    markdown = report.render_markdown(results)
     assert "| seed_cnn | float32 xla off | one candidate | mixed_bfloat16 xla off | 0.83× |" \
-        in markdown
+        in report.render_markdown(results)
+    markdown = report.render_markdown(results, lab_sections.SECTIONS)
     assert "| stock TFX (ImportExampleGen, Pusher) | 80.0 |" in markdown
     assert "ratio (mptfx / stock): 0.62" in markdown
 
@@ -81,7 +83,6 @@ def _row(model="seed_cnn", precision="float32", xla=False, rate=600.0, **extra):
 
 HOST = {"device": "CPU", "cpu": {"model_name": "Test CPU", "logical_cpus": 2, "flags": []},
         "devices": [{"kind": "CPU", "name": "/physical_device:CPU:0"}],
-        "ceilings": {"float32": {"gflops": 200.0, "size": 2048}},
         "auto": {"precision": "float32", "precision_reason": "CPU", "xla": False,
                  "xla_reason": "CPU"}}
 RUNS = [{"images_per_sec_per_epoch": [900.0, 2000.0, 2100.0]}]
@@ -98,14 +99,18 @@ DATA_SCALE = summarise(100, {
     "plain_large": _ingest(250.0, rss=510.0)},
     {"batch_size": 64, "cores": 2, "mptfx_images_per_sec": 900.0,
      "plain_images_per_sec": 1000.0})
-# One results entry per section of plan.SECTIONS, the heading its table must show and a
-# phrase of its verdicts (None: the section has no verdicts).
+# One results entry per section of plan.SECTIONS and of the lab, the heading its table must
+# show and a phrase of its verdicts (None: the section has no verdicts).
 SAMPLES = {
     "throughput": ({"throughput": [_row(), _row(precision="mixed_bfloat16", rate=900.0)]},
                    "### Training throughput", "fastest cell is mixed_bfloat16 with XLA off"),
     "auto_check": ({"auto_check": auto_check_rows(THROUGHPUT, {"seed_cnn": {
         "auto": "float32 xla off", "status": "measured"}})},
-        "### auto check", None),
+        "### auto check", "seed_cnn: `auto` (measured) chooses float32 xla off, which runs at "
+                          "0.83× the fastest cell (mixed_bfloat16 xla off)."),
+    "mfu": ({"mfu": [_row(), _row(precision="mixed_bfloat16", rate=900.0)],
+             "ceilings": {"float32": {"gflops": 200.0, "size": 2048}}},
+            "### MFU", "MFU target (60% of the matmul ceiling) does NOT hold for seed_cnn"),
     "largest_batch": ({"largest_batch": {"memory_cap_mb": 2048.0, "rows": [
         {"model": "seed_cnn", "precision": "float32", "input_shape": [64, 64, 1],
          "largest": 288, "first_failure": 304, "probes": [[288, True]],
@@ -145,36 +150,74 @@ SAMPLES = {
 }
 
 
-@pytest.mark.parametrize("name", SECTIONS)
-def test_every_section_has_a_module_with_its_table_and_verdicts(name):
-    section = sections.SECTIONS[[s.name for s in sections.SECTIONS].index(name)]
-    assert type(section).__module__ == f"benchmarks.sections.{name}"
+SUITES = {"benchmarks.sections": sections.BENCH, "tools.lab.sections": lab_sections.LAB}
+
+
+@pytest.mark.parametrize("package,name", [(package, name) for package, suite in SUITES.items()
+                                          for name in suite.names])
+def test_every_section_has_a_module_with_its_table_and_verdicts(package, name):
+    suite = SUITES[package]
+    section = suite.sections[[s.name for s in suite.sections].index(name)]
+    assert type(section).__module__ == f"{package}.{name}"
     entry, heading, verdict = SAMPLES[name]
     results = {"host": HOST, **entry}
 
     assert any(line.startswith(heading) for line in section.table(results))
     assert section.table({"host": HOST}) == []  # nothing of it in the results: no table
-    assert heading in report.render_markdown(results)
+    assert heading in report.render_markdown(results, suite.sections)
     found = section.verdicts(results)
     if verdict is None:
         assert found == []
     else:
         assert any(verdict in line for line in found), found
-        assert [line for line in report.verdicts(results) if line in found] == found
+        assert [line for line in report.verdicts(results, suite.sections)
+                if line in found] == found
 
 
-def test_the_sections_run_in_the_order_of_plan_sections_after_the_host():
+def test_the_bench_lists_exactly_plan_sections_and_holds_no_developer_instrument():
     names = [section.name for section in sections.SECTIONS]
     assert names[0] == "host" and sections.SECTIONS[0].required
-    assert [name for name in names if name in SECTIONS] == list(SECTIONS)
-    # The only other one renders the profiled throughput cell and runs nothing itself.
-    assert set(names) - set(SECTIONS) == {"host", "time_breakdown"}
+    assert sections.BENCH.names == SECTIONS == tuple(names[1:])
+    assert not set(SECTIONS) & set(lab_sections.LAB.names)
+
+
+def test_the_lab_runs_the_bench_s_host_first_and_renders_the_profiled_mfu_cell():
+    names = [section.name for section in lab_sections.SECTIONS]
+    assert lab_sections.SECTIONS[0] is sections.SECTIONS[0]
+    # The only other one renders the profiled MFU cell and runs nothing itself.
+    assert set(names) - set(lab_sections.LAB.names) == {"host", "time_breakdown"}
     row = _row(kernels=[{"layer": "conv2", "pass": "weight gradient", "gflop": 0.5,
                          "ms": 5.0, "gflops": 100.0, "of_ceiling": 0.5}])
-    markdown = report.render_markdown({"host": HOST, "throughput": [row]})
+    markdown = report.render_markdown({"host": HOST, "mfu": [row], "ceilings": {}},
+                                      lab_sections.SECTIONS)
     assert "### Why MFU is what it is: seed_cnn float32 XLA off" in markdown
-    assert markdown.index("### Training throughput") < markdown.index("### Why MFU")
+    assert markdown.index("### MFU") < markdown.index("### Why MFU")
     assert "Host: Test CPU, 2 logical CPUs" in markdown
+
+
+def test_the_verdict_on_auto_is_the_measured_choice_not_the_static_rule():
+    # The run of issue 24: the static rule says mixed_bfloat16 (a CPU with AVX512_BF16),
+    # the Trainer measured float32 fastest for resnet50 and the auto check said ratio 1.00.
+    host = {**HOST, "auto": {"precision": "mixed_bfloat16", "precision_reason": "bf16 CPU",
+                             "xla": False, "xla_reason": "CPU"}}
+    throughput = [_row("resnet50", "float32", rate=50.0),
+                  _row("resnet50", "mixed_bfloat16", rate=44.0)]
+    rows = auto_check_rows(throughput, {"resnet50": {"auto": "float32 xla off",
+                                                     "status": "measured"}})
+    results = {"host": host, "throughput": throughput, "auto_check": rows}
+
+    found = report.verdicts(results)
+    markdown = report.render_markdown(results)
+    assert "| resnet50 | float32 xla off | measured | float32 xla off | 1.00× |" in markdown
+    assert "resnet50: `auto` (measured) chooses float32 xla off: the fastest cell." in found
+    assert not [line for line in found if "chooses mixed_bfloat16" in line
+                or "the fastest cell" in line and "0.88" in line], found
+    # auto measured the slower cell: the verdict gives the table's ratio.
+    rows = auto_check_rows(throughput, {"resnet50": {"auto": "mixed_bfloat16 xla off",
+                                                     "status": "cached"}})
+    (line,) = sections.auto_check.SECTION.verdicts({"auto_check": rows})
+    assert line == ("resnet50: `auto` (cached) chooses mixed_bfloat16 xla off, which runs at "
+                    "0.88× the fastest cell (float32 xla off).")
 
 
 def _sample(hint):
@@ -194,9 +237,12 @@ def _sample(hint):
     return {str: "text", int: 3, float: 1.5, bool: True}[hint]
 
 
-@pytest.mark.parametrize("name", sorted(sections.TASKS))
+ALL_TASKS = {**sections.TASKS, **lab_sections.TASKS}
+
+
+@pytest.mark.parametrize("name", sorted(ALL_TASKS))
 def test_a_task_s_params_reach_its_worker_as_they_were_sent(name):
-    task = sections.TASKS[name]
+    task = ALL_TASKS[name]
     assert task.name == name
     assert dataclasses.is_dataclass(task.params) and task.params.__dataclass_params__.frozen
     params = _sample(task.params)
@@ -206,7 +252,9 @@ def test_a_task_s_params_reach_its_worker_as_they_were_sent(name):
         from_json(task.params, {**sent, "unknown": 1})
 
 
-def test_every_task_has_its_own_name():
-    tasks = [task for section in sections.SECTIONS for task in section.tasks]
+@pytest.mark.parametrize("package", SUITES)
+def test_every_task_has_its_own_name(package):
+    suite = SUITES[package]
+    tasks = [task for section in suite.sections for task in section.tasks]
     assert len({task.name for task in tasks}) == len(tasks)
-    assert set(sections.TASKS) == {task.name for task in tasks} | {"prepare_data"}
+    assert set(ALL_TASKS) >= {task.name for task in tasks}

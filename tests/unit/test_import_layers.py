@@ -12,7 +12,9 @@ package's `__init__` closes a cycle.
 The rules:
 - no module imports a `_private` name (or reads `module._private`) from another module;
 - no import cycle among our modules;
-- components/ and models/ import nothing from pipelines/ or benchmarks/ (the layers above).
+- components/ and models/ import nothing from pipelines/ or benchmarks/ (the layers above);
+- nothing that is installed (pipelines/, components/, models/, benchmarks/) imports the
+  developer lab under tools/ (run from the checkout; not in the wheel or the image).
 """
 
 from __future__ import annotations
@@ -22,9 +24,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-PACKAGES = ("pipelines", "components", "models", "benchmarks")
+PACKAGES = ("pipelines", "components", "models", "benchmarks", "tools")
 LOWER_LAYERS = ("components", "models")
 UPPER_LAYERS = ("pipelines", "benchmarks")
+INSTALLED = ("pipelines", "components", "models", "benchmarks")
+CHECKOUT_ONLY = ("tools",)
 IMPORT_BY_NAME = ("importlib.import_module", "import_module", "__import__")
 
 
@@ -171,14 +175,15 @@ def import_cycles(edges: dict[str, dict[str, int]]) -> list[list[str]]:
     return sorted(cycles)
 
 
-def upward_imports(graph: ImportGraph) -> list[str]:
+def upward_imports(graph: ImportGraph, lower: tuple[str, ...] = LOWER_LAYERS,
+                   upper: tuple[str, ...] = UPPER_LAYERS) -> list[str]:
     """`module:line -> target` for every arrow from a lower layer into an upper one."""
     found = []
     for module, targets in sorted(graph.edges.items()):
-        if module.split(".")[0] not in LOWER_LAYERS:
+        if module.split(".")[0] not in lower:
             continue
         for target, line in sorted(targets.items()):
-            if target.split(".")[0] in UPPER_LAYERS:
+            if target.split(".")[0] in upper:
                 found.append(f"{module}:{line} -> {target}")
     return found
 
@@ -223,6 +228,15 @@ def test_components_and_models_import_nothing_from_pipelines_or_benchmarks():
     found = upward_imports(build_graph(REPO, PACKAGES))
     assert found == [], ("components/ and models/ import from a layer above them; move what "
                          "they need down:\n  " + "\n  ".join(found))
+
+
+def test_nothing_installed_imports_the_developer_lab():
+    graph = build_graph(REPO, PACKAGES)
+    assert any(module.startswith("tools.lab") for module in graph.files)
+    assert "benchmarks.runner" in graph.edges["tools.lab.__main__"]  # the lab reuses the bench
+    found = upward_imports(graph, INSTALLED, CHECKOUT_ONLY)
+    assert found == [], ("installed code imports tools/ (the checkout-only lab); move what "
+                         "it needs into benchmarks/:\n  " + "\n  ".join(found))
 
 
 # --- the checker itself, on a small package that breaks every rule -------------------------

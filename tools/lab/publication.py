@@ -27,11 +27,11 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from benchmarks.overhead import load_arrays
 from benchmarks.training import build_compiled_model
 from components.examples_format import read_label_names
 from components.tflite import convert as convert_lib
 from components.trainer import export as export_lib
+from tools.lab.overhead import load_arrays
 
 WARMUP_RUNS = 10
 

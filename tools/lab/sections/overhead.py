@@ -1,6 +1,6 @@
 """`overhead`: the Trainer's `run_fn` against a plain `model.fit` on the same digits.
 
-The `trainer_overhead` task (benchmarks/overhead.py) trains plain fit, plain fit on the
+The `trainer_overhead` task (tools/lab/overhead.py) trains plain fit, plain fit on the
 Trainer's tf.data pipeline and the Trainer in turn, `rounds` times; ratio = Trainer / plain
 fit. Its verdict says whether the Trainer is as fast, within the noise of a shared
 machine, or slower.
@@ -12,11 +12,11 @@ import dataclasses
 import statistics
 from typing import Any
 
-from benchmarks.rates import epoch_rates
 from benchmarks.sections.base import shape, status_line, xla
 from benchmarks.sections.context import Context
 from benchmarks.sections.data import DataSection, pipeline_defaults
 from benchmarks.sections.tasks import Task, arguments
+from tools.lab.rates import epoch_rates
 
 # Ratios measured on a machine shared with other work wobble by a few percent; within this
 # band the Trainer counts as "as fast as" plain fit.
@@ -39,7 +39,7 @@ class OverheadParams:
 
 
 def measure(params: OverheadParams) -> dict[str, Any]:
-    from benchmarks.overhead import trainer_vs_fit
+    from tools.lab.overhead import trainer_vs_fit
 
     return trainer_vs_fit(**arguments(params))
 

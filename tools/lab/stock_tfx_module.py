@@ -1,4 +1,4 @@
-"""The Trainer module file of the stock TFX pipeline (benchmarks/stock_tfx.py), written the
+"""The Trainer module file of the stock TFX pipeline (tools/lab/stock_tfx.py), written the
 way TFX's templates write one (tfx/examples/penguin/penguin_utils_keras.py): constants,
 `_input_fn`, `_make_keras_model`, a serving signature that parses tf.Examples, `run_fn`.
 

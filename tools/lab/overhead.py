@@ -37,13 +37,13 @@ import numpy as np
 import tensorflow as tf
 from tfx import v1 as tfx
 
-from benchmarks.rates import epoch_rates
 from benchmarks.training import build_compiled_model
 from components.examples_format import read_label_names
 from components.trainer import data as data_lib
 from components.trainer import module
 from components.trainer.callbacks import ThroughputCallback
 from components.trainer.precision import describe_devices, resolve_precision_policy, resolve_xla
+from tools.lab.rates import epoch_rates
 
 
 def pooled_median(runs: list[dict[str, Any]]) -> float:

@@ -1,6 +1,6 @@
 """`publication`: the SavedModel against each TF Lite variant: size, latency, accuracy.
 
-The `publication` task (benchmarks/publication.py) trains the default `mptfx run` model on
+The `publication` task (tools/lab/publication.py) trains the default `mptfx run` model on
 the digits, exports it and converts it; its verdicts hold the TF Lite sizes to their limits.
 """
 
@@ -34,7 +34,7 @@ class PublicationParams:
 
 
 def measure(params: PublicationParams) -> dict[str, Any]:
-    from benchmarks.publication import compare_formats
+    from tools.lab.publication import compare_formats
 
     return {"rows": compare_formats(**arguments(params))}
 

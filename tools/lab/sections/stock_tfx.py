@@ -2,7 +2,7 @@
 
 Both on the same digits, model, epochs and batch, wall time from process start to exit
 (imports included): the `pipeline` section's default run (run here first if this run has
-none), and the `stock_tfx` task in a fresh process (benchmarks/stock_tfx.py, TFX's
+none), and the `stock_tfx` task in a fresh process (tools/lab/stock_tfx.py, TFX's
 LocalDagRunner: ImportExampleGen ... Pusher); `ratio` is mptfx / stock.
 """
 
@@ -12,11 +12,11 @@ import dataclasses
 import shutil
 from typing import Any
 
-from benchmarks.sections import pipeline
 from benchmarks.sections.base import number
 from benchmarks.sections.context import Context
 from benchmarks.sections.data import DataSection, pipeline_defaults
 from benchmarks.sections.tasks import Task, arguments
+from tools.lab.sections import pipeline
 
 COMPONENTS = ["ImportExampleGen", "StatisticsGen", "SchemaGen", "Trainer", "Evaluator",
               "Pusher"]
@@ -25,7 +25,7 @@ COMPONENTS = ["ImportExampleGen", "StatisticsGen", "SchemaGen", "Trainer", "Eval
 @dataclasses.dataclass(frozen=True)
 class StockParams:
     """The digits' tf.Examples, the pipeline's root, and its Trainer's `custom_config`
-    (epochs, batch_size, input_size: benchmarks/stock_tfx_module.py reads them)."""
+    (epochs, batch_size, input_size: tools/lab/stock_tfx_module.py reads them)."""
 
     examples_dir: str
     work_dir: str
@@ -33,7 +33,7 @@ class StockParams:
 
 
 def measure(params: StockParams) -> dict[str, Any]:
-    from benchmarks.stock_tfx import run
+    from tools.lab.stock_tfx import run
 
     return run(**arguments(params))
 

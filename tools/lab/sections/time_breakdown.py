@@ -1,9 +1,9 @@
 """`time_breakdown`: where the MFU-target cell's step time goes; results.md only.
 
-Nothing runs for it: the throughput cell of the seed model in float32 without XLA is
-measured with `profile_steps` (plan.CellSpec), and its row then holds each counted pass
-timed alone (benchmarks/kernels.py) and the profiler's top ops (benchmarks/profile.py).
-This section renders those after the auto check, where results.md has always had them.
+Nothing runs for it: the MFU cell (tools/lab/sections/mfu.py) of the seed model in float32
+without XLA is measured with `profile_steps`, and its row then holds each counted pass
+timed alone (tools/lab/kernels.py) and the profiler's top ops (tools/lab/profile.py).
+This section renders those after the MFU table.
 """
 
 from __future__ import annotations
@@ -16,13 +16,14 @@ from benchmarks.sections.context import Context
 
 class TimeBreakdown(Section):
     name = "time_breakdown"
+    selectable = False
 
     def wanted(self, ctx: Context) -> bool:
-        return False  # measured by the throughput section's profiled cell
+        return False  # measured by the mfu section's profiled cell
 
     def table(self, results: dict[str, Any]) -> list[str]:
         lines: list[str] = []
-        for row in results.get("throughput") or []:
+        for row in results.get("mfu") or []:
             if row["status"] != "ok" or not (row.get("profile") or row.get("kernels")):
                 continue
             title = f"{row['model']} {row['precision']} XLA {xla(row['xla'])}"

@@ -23,7 +23,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from benchmarks.flops import count_flops
+from tools.lab.flops import count_flops
 
 _REPEATS = 5
 _MIN_SECONDS = 0.05

@@ -5,7 +5,7 @@ Keras run_fn of the same model, epochs and batch: stock_tfx_module.py) -> Evalua
 (accuracy threshold) -> Pusher, run by TFX's LocalDagRunner with an sqlite ML Metadata. The
 bench times it beside `mptfx run` in the same run (`stock_tfx` in results.json).
 
-    python -m benchmarks.stock_tfx EXAMPLES_DIR WORK_DIR '{"epochs": 15, "batch_size": 32,
+    python -m tools.lab.stock_tfx EXAMPLES_DIR WORK_DIR '{"epochs": 15, "batch_size": 32,
         "input_size": [16, 16]}'
 """
 

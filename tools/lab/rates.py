@@ -1,7 +1,7 @@
 """The per-epoch throughput samples of the Trainer-overhead runs.
 
-Shared by the measurement (benchmarks/overhead.py, its pooled median) and the overhead
-section's table and verdict (benchmarks/sections/overhead.py, their ranges and spread).
+Shared by the measurement (tools/lab/overhead.py, its pooled median) and the overhead
+section's table and verdict (tools/lab/sections/overhead.py, their ranges and spread).
 """
 
 from __future__ import annotations
