@@ -29,6 +29,7 @@ import keras
 import tensorflow as tf
 
 from benchmarks.plan import CellSpec
+from components.core.text import one_line
 from components.trainer.precision import describe_devices
 from models import SEGMENTATION, build_model, model_task
 from models.segmentation import DiceBCELoss, DiceCoefficient
@@ -195,7 +196,7 @@ def probe_batch(
         model.make_train_function()
         float(model.train_function(data)["loss"])
     except tf.errors.ResourceExhaustedError as error:
-        return {"fits": False, "reason": str(error).splitlines()[0][:200]}
+        return {"fits": False, "reason": one_line(error, limit=200)}
     return {"fits": True, "memory_kind": memory.kind, "peak_memory_mb": memory.peak_mb()}
 
 
