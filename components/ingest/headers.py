@@ -12,9 +12,12 @@ quarantined with the reason when it exceeds `data.max_pixels` or `data.max_file_
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import warnings
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import BinaryIO
 
@@ -24,6 +27,8 @@ from PIL import Image, UnidentifiedImageError
 DEFAULT_MAX_PIXELS = 89_478_485
 DEFAULT_MAX_FILE_MB = 100.0
 _MB = 1024 * 1024
+_HEADER_THREADS = 4
+_THREADED_FROM = 256  # files; fewer are checked in the calling thread
 # Modes Pillow reports for images tf.io.decode_image returns with 1 or 2 channels.
 _GRAY_MODES = {"1": 1, "L": 1, "I": 1, "I;16": 1, "I;16B": 1, "I;16L": 1, "F": 1, "LA": 2,
                "La": 2}
@@ -69,28 +74,40 @@ def _check_header(handle: BinaryIO, size_bytes: int, limits: SizeLimits) -> Head
     too_large = size_problem(size_bytes, limits)
     if too_large:
         return HeaderCheck(too_large)
-    # Pillow's own bomb check would refuse before telling the size; data.max_pixels is the
-    # limit here, so it is switched off while the header is read (nothing is decoded).
-    pillow_limit, Image.MAX_IMAGE_PIXELS = Image.MAX_IMAGE_PIXELS, None
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
-            with Image.open(handle) as image:
-                width, height = image.size
-                channels = _decoded_channels(image)
+        with Image.open(handle) as image:
+            width, height = image.size
+            channels = _decoded_channels(image)
     except (UnidentifiedImageError, OSError, ValueError, SyntaxError):
         # Not an image Pillow knows: the decode step quarantines it with TF's reason.
         return HeaderCheck()
-    finally:
-        Image.MAX_IMAGE_PIXELS = pillow_limit
     if width * height > limits.max_pixels:
         return HeaderCheck(f"image is {width}x{height} = {width * height} pixels > "
                            f"data.max_pixels {limits.max_pixels}")
     return HeaderCheck(None, channels)
 
 
+@contextlib.contextmanager
+def _pillow_limit_off() -> Iterator[None]:
+    """Pillow's own bomb check would refuse before telling the size; data.max_pixels is the
+    limit here, so it is switched off while headers are read (nothing is decoded). Set and
+    restored by one thread only: the header threads of `check_files` run inside."""
+    pillow_limit, Image.MAX_IMAGE_PIXELS = Image.MAX_IMAGE_PIXELS, None
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            yield
+    finally:
+        Image.MAX_IMAGE_PIXELS = pillow_limit
+
+
 def check_file(path: str, limits: SizeLimits) -> HeaderCheck:
     """Size and header check of the file at `path` (reads the header only)."""
+    with _pillow_limit_off():
+        return _check_path(path, limits)
+
+
+def _check_path(path: str, limits: SizeLimits) -> HeaderCheck:
     try:
         size_bytes = os.stat(path).st_size
         with open(path, "rb") as handle:
@@ -99,6 +116,17 @@ def check_file(path: str, limits: SizeLimits) -> HeaderCheck:
         return HeaderCheck(f"unreadable file: {error.strerror or error}")
 
 
+def check_files(paths: Sequence[str], limits: SizeLimits) -> list[HeaderCheck]:
+    """`check_file` of every path, in order, on a few threads: opening and reading a
+    header waits on the disk with the GIL released, so the waits overlap."""
+    with _pillow_limit_off():
+        if len(paths) < _THREADED_FROM:
+            return [_check_path(path, limits) for path in paths]
+        with ThreadPoolExecutor(max_workers=_HEADER_THREADS) as pool:
+            return list(pool.map(lambda path: _check_path(path, limits), paths, chunksize=64))
+
+
 def check_bytes(data: bytes, limits: SizeLimits) -> HeaderCheck:
     """The same check for an encoded image already in memory (a TFRecord's `image`)."""
-    return _check_header(io.BytesIO(data), len(data), limits)
+    with _pillow_limit_off():
+        return _check_header(io.BytesIO(data), len(data), limits)

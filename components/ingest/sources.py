@@ -21,7 +21,7 @@ from google.protobuf.message import DecodeError
 from components.core.text import one_line
 from components.examples_format import FILENAME_KEY, IMAGE_KEY, LABEL_KEY, LABEL_NAME_KEY
 from components.ingest.errors import DataError
-from components.ingest.headers import HeaderCheck, SizeLimits, check_bytes, check_file
+from components.ingest.headers import HeaderCheck, SizeLimits, check_bytes, check_files
 from components.ingest.listing import ImageListing
 from components.ingest.reader import (
     ImagePolicy,
@@ -57,7 +57,7 @@ class FolderSource:
         self.description = f"image folder {listing.root}"
         self.ignored = list(listing.ignored)
         self._paths = [os.path.join(listing.root, f) for f in listing.files]
-        self._headers = [check_file(path, limits or SizeLimits()) for path in self._paths]
+        self._headers = check_files(self._paths, limits or SizeLimits())
 
     def __len__(self) -> int:
         return len(self.listing.files)
