@@ -62,7 +62,7 @@ class Preset:
     publication_epochs: int
     latency_runs: int
     ingest_replicate: int
-    # data_scale: photos in the base set (the memory check also ingests 4x as many) and
+    # data_scale: photos in the base set (the memory check also ingests 10x as many) and
     # seconds each timed round of the Trainer-input comparison lasts at most.
     data_scale_photos: int
     data_scale_input_seconds: float
@@ -93,7 +93,7 @@ QUICK = Preset(
     publication_epochs=2,
     latency_runs=200,
     ingest_replicate=4,
-    data_scale_photos=300,
+    data_scale_photos=200,
     data_scale_input_seconds=4.0,
     pipeline_timeout_seconds=600.0,
     profile_steps=10,
@@ -116,7 +116,7 @@ FULL = Preset(
     publication_epochs=5,
     latency_runs=1000,
     ingest_replicate=10,
-    data_scale_photos=3000,
+    data_scale_photos=2000,
     data_scale_input_seconds=15.0,
     pipeline_timeout_seconds=1800.0,
     profile_steps=20,
