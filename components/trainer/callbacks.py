@@ -292,8 +292,8 @@ class EpochTensorBoard(keras.callbacks.TensorBoard):
     With `update_freq="epoch"` (the default) Keras 3.12 still calls `tf.summary.scalar` for
     every log key after every training batch; no writer is active then, so nothing is
     written, but the calls cost 0.2-0.7 ms per step: 5-10% of the 16x16 seed_cnn's step
-    (measured by `mptfx bench --sections overhead`). This subclass hands Keras no batch logs
-    then, so it writes no per-batch scalars; the epoch summaries, the graph (written at the
+    (measured by the lab's `python -m tools.lab --sections overhead`). This subclass hands
+    Keras no batch logs then, so it writes no per-batch scalars; the epoch summaries, the graph (written at the
     first batch), `write_steps_per_second` and profiling are Keras' own.
     """
 
