@@ -293,8 +293,9 @@ class EpochTensorBoard(keras.callbacks.TensorBoard):
     every log key after every training batch; no writer is active then, so nothing is
     written, but the calls cost 0.2-0.7 ms per step: 5-10% of the 16x16 seed_cnn's step
     (measured by the lab's `python -m tools.lab --sections overhead`). This subclass hands
-    Keras no batch logs then, so it writes no per-batch scalars; the epoch summaries, the graph (written at the
-    first batch), `write_steps_per_second` and profiling are Keras' own.
+    Keras no batch logs then, so it writes no per-batch scalars; the epoch summaries, the
+    graph (written at the first batch), `write_steps_per_second` and profiling are Keras'
+    own.
     """
 
     def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
