@@ -308,7 +308,9 @@ def test_a_canary_whose_predictions_collapse_to_one_class_is_aborted_naming_the_
     with Gateway(workspace / "k8s" / "serving-route.yaml", sidecars, REQUESTS_PER_SECOND):
         result = rollout(workspace, prometheus.url)
     assert result.returncode == 1, result.stdout + result.stderr
-    [line] = result.stderr.strip().splitlines()
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stdout + result.stderr  # one line, whatever the load
+    line = lines[0]
     distance = float(re.search(r"predicted-class distance ([0-9.]+) > 0.4", line)[1])
     assert distance > 0.7, line
     assert "class 3 is 100% of the canary's answers" in line
@@ -324,7 +326,9 @@ def test_a_slow_canary_is_aborted_on_tf_servings_p99_latency(workspace, tracks):
     with Gateway(workspace / "k8s" / "serving-route.yaml", sidecars, REQUESTS_PER_SECOND):
         result = rollout(workspace, prometheus.url, max_p99_latency_ms="1000")
     assert result.returncode == 1, result.stdout + result.stderr
-    [line] = result.stderr.strip().splitlines()
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stdout + result.stderr  # one line, whatever the load
+    line = lines[0]
     latency = float(re.search(r"p99 latency ([0-9]+) ms > 1000 ms", line)[1])
     assert latency >= 1500, line  # TF Serving's histogram, read back through Prometheus
     assert labels(workspace) == without_canary(before)
@@ -336,7 +340,9 @@ def test_without_traffic_the_rollout_is_inconclusive_and_promotes_nothing(worksp
     # no gateway: nobody sends a request
     result = rollout(workspace, prometheus.url, inconclusive_limit="2")
     assert result.returncode == 3, result.stdout + result.stderr
-    [line] = result.stderr.strip().splitlines()
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stdout + result.stderr  # one line, whatever the load
+    line = lines[0]
     assert line.startswith("mptfx: error: serve rollout: gave up on digits canary 2 at 25 %, "
                            "not promoted: 0 canary requests in 10s < serving.analysis."
                            "min_requests 20"), line
