@@ -212,9 +212,14 @@ def test_images_of_one_class_drift_in_the_predicted_class(capfd, tf_serving, dep
                       [_example(p.read_bytes()) for p in unseen_threes])
     result = monitor(capfd, deployed, log_dir, "--set", "monitor.min_images=40")
     assert result.returncode == EXIT_DRIFT, result.stdout + result.stderr
-    assert "drift in predicted_class (L-inf" in result.stdout
+    [line] = [ln for ln in result.stdout.splitlines() if ln.startswith("mptfx monitor: version")]
+    drift = line.split("drift in ")[1].split("; skew in ")[0]
+    assert "predicted_class (L-inf" in drift, line  # confidence may drift too, listed first
     measured = _report_json(result)["versions"][0]["measurements"]["drift"]["predicted_class"]
-    assert measured["moved"] and measured["value"] > 0.5
+    # How far class 3's share moves depends on how well the 8-epoch, 400-image model knows
+    # threes: 0.40 under auto precision on an AVX512_BF16 machine, over 0.5 on AVX2 ones;
+    # above monitor.drift.l_infinity (0.2) either way.
+    assert measured["moved"] and measured["value"] > 0.3, measured
 
 
 def test_a_truncated_log_file_is_skipped_with_one_line_naming_it(capfd, deployed, eval_log):
