@@ -221,7 +221,8 @@ class TFRecordSource:
 
         skip = [bool(header.problem) for header in self._headers]
         return skip_indices(records.enumerate(), skip).map(
-            image_bytes, num_parallel_calls=tf.data.AUTOTUNE)
+            tf.autograph.experimental.do_not_convert(image_bytes),
+            num_parallel_calls=tf.data.AUTOTUNE)
 
     def native_channels(self) -> list[int]:
         """The decoded channel count of every usable record whose header passed."""
