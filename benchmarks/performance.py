@@ -8,6 +8,11 @@ then the run's tables and verdicts. Prose elsewhere links here instead of quotin
 Re-render an old run without measuring again:
 
     python -m benchmarks.performance workspace/bench/results.json docs/PERFORMANCE.md
+
+or several runs on one page (each under its own heading, with its own command and date):
+
+    python -m benchmarks.performance quick/bench/results.json scale/bench/results.json \\
+        docs/PERFORMANCE.md
 """
 
 from __future__ import annotations
@@ -34,18 +39,9 @@ def machine_line(results: dict[str, Any]) -> str:
             f"Keras {host.get('keras', '?')}")
 
 
-def render_page(results: dict[str, Any], sections: Sequence[Section] = SECTIONS) -> str:
-    """The page's markdown, from a results dict as results.json holds it."""
+def _run_lines(results: dict[str, Any], sections: Sequence[Section]) -> list[str]:
+    """One run: its command, date, machine and load, then its tables and verdicts."""
     lines = [
-        "# Performance on the machine it was measured on",
-        "",
-        "<!-- Generated from results.json by `mptfx bench --write-docs docs/PERFORMANCE.md` "
-        "(benchmarks/performance.py). Do not edit: run it again (`make performance`). -->",
-        "",
-        "Every figure below was measured in one run of the command on the machine named; "
-        "another machine, load or version gives other figures. How to read them and what "
-        "each section measures: [guide/benchmarks.md](guide/benchmarks.md).",
-        "",
         f"- Command: `{results.get('command')}`",
         f"- Date: {results.get('started')} ({results.get('seconds', 0):.0f} s)",
         f"- Machine: {machine_line(results)}",
@@ -56,11 +52,37 @@ def render_page(results: dict[str, Any], sections: Sequence[Section] = SECTIONS)
         "logical CPUs)",
         "",
     ]
-    lines += report.body(results, sections)
+    return lines + report.body(results, sections)
+
+
+def render_page(results: dict[str, Any] | Sequence[dict[str, Any]],
+                sections: Sequence[Section] = SECTIONS) -> str:
+    """The page's markdown, from one run's results dict (as results.json holds it) or from
+    several runs, each under its own heading with its own command, date and machine."""
+    runs = [results] if isinstance(results, dict) else list(results)
+    lines = [
+        "# Performance on the machine it was measured on",
+        "",
+        "<!-- Generated from results.json by `mptfx bench --write-docs docs/PERFORMANCE.md` "
+        "(benchmarks/performance.py; several runs: `python -m benchmarks.performance "
+        "A/results.json B/results.json docs/PERFORMANCE.md`). Do not edit: run it again "
+        "(`make performance`). -->",
+        "",
+        "Every figure below was measured in one run of the command above it, on the machine "
+        "named; another machine, load or version gives other figures. How to read them and "
+        "what each section measures: [guide/benchmarks.md](guide/benchmarks.md).",
+        "",
+    ]
+    for number_, run in enumerate(runs, 1):
+        if len(runs) > 1:
+            sections_run = ", ".join(run.get("sections") or []) or "?"
+            lines += [f"## Run {number_}: {sections_run}", ""]
+        lines += _run_lines(run, sections)
+        lines.append("")
     return "\n".join(lines).rstrip() + "\n"
 
 
-def write_page(results: dict[str, Any], path: Path,
+def write_page(results: dict[str, Any] | Sequence[dict[str, Any]], path: Path,
                sections: Sequence[Section] = SECTIONS) -> Path:
     """Writes the page to `path` (its folder created); returns the path."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -69,17 +91,20 @@ def write_page(results: dict[str, Any], path: Path,
 
 
 def main(argv: list[str]) -> int:
-    """`python -m benchmarks.performance RESULTS_JSON PAGE`: re-render a stored run."""
-    if len(argv) != 2:
-        print("usage: python -m benchmarks.performance RESULTS_JSON PAGE", file=sys.stderr)
+    """`python -m benchmarks.performance RESULTS_JSON [RESULTS_JSON ...] PAGE`: re-render
+    stored runs, in the order given, on one page."""
+    if len(argv) < 2:
+        print("usage: python -m benchmarks.performance RESULTS_JSON [RESULTS_JSON ...] PAGE",
+              file=sys.stderr)
         return 2
-    source, page = Path(argv[0]), Path(argv[1])
-    try:
-        results = json.loads(source.read_text())
-    except (OSError, ValueError) as error:
-        print(f"{source}: not a readable results.json ({error})", file=sys.stderr)
-        return 2
-    print(write_page(results, page))
+    runs = []
+    for source in map(Path, argv[:-1]):
+        try:
+            runs.append(json.loads(source.read_text()))
+        except (OSError, ValueError) as error:
+            print(f"{source}: not a readable results.json ({error})", file=sys.stderr)
+            return 2
+    print(write_page(runs[0] if len(runs) == 1 else runs, Path(argv[-1])))
     return 0
 
 

@@ -229,7 +229,7 @@ def decode_images(source: tf.data.Dataset, policy: ImagePolicy) -> Iterator[Deco
     )
     for indices, stored, shapes, reencoded in decoded.as_numpy_iterator():
         for index, data, shape, again in zip(indices.tolist(), stored, shapes.tolist(),
-                                             reencoded.tolist()):
+                                             reencoded.tolist(), strict=True):
             height, width, channels = shape
             yield DecodedImage(index, data, height, width, channels, again)
 

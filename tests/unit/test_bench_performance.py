@@ -55,3 +55,25 @@ def test_an_unreadable_results_json_is_one_line_naming_the_file(tmp_path, capsys
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"{source}: not a readable results.json")
     assert not (tmp_path / "PERFORMANCE.md").exists()
+
+
+def test_several_runs_share_one_page_each_under_its_own_command_and_date(tmp_path):
+    quick = {**RESULTS, "sections": ["host", "throughput", "auto_check"]}
+    scale = {**RESULTS, "command": "mptfx bench --sections data_scale",
+             "started": "2026-12-03T18:44:51", "seconds": 600.0, "sections": ["host", "data_scale"],
+             "throughput": []}
+    sources = []
+    for name, run in (("quick", quick), ("scale", scale)):
+        sources.append(tmp_path / f"{name}.json")
+        sources[-1].write_text(json.dumps(run))
+    page = tmp_path / "PERFORMANCE.md"
+
+    assert performance.main([*map(str, sources), str(page)]) == 0
+    text = page.read_text()
+    first, second = text.split("## Run 2: host, data_scale\n")
+    assert "## Run 1: host, throughput, auto_check" in first
+    assert "- Command: `mptfx bench --quick --write-docs docs/PERFORMANCE.md`" in first
+    assert "| seed_cnn | 64×64×1 | 32 | float32 | off | 640.0 images/s |" in first
+    assert "- Command: `mptfx bench --sections data_scale`" in second
+    assert "- Date: 2026-12-03T18:44:51 (600 s)" in second
+    assert "640.0 images/s" not in second
