@@ -84,7 +84,9 @@ def test_the_inputs_deliver_224_batches_and_the_section_renders_its_targets(
     assert 0.8 < entry["mptfx_bytes_ratio"] < 1.2
     assert entry["mptfx_core_speedup"] is None  # no 1-core run here: not measured
     lines = SECTION.table({"data_scale": entry})
-    assert lines[0].startswith(f"### Data scale ({PHOTOS} synthetic 224×224 JPEG photos")
+    assert lines[0].startswith(f"### Data scale ({MEMORY_FACTOR * PHOTOS} synthetic 224×224 "
+                               f"JPEG photos")
+    assert f"and the first {PHOTOS} of them" in lines[0]
     markdown = report.render_markdown({"data_scale": entry})
     assert "| Ingest bytes written ÷ photo bytes |" in markdown
     verdicts = SECTION.verdicts({"data_scale": entry})
