@@ -26,6 +26,9 @@ from PIL import Image, UnidentifiedImageError
 DEFAULT_MAX_PIXELS = 89_478_485
 DEFAULT_MAX_FILE_MB = 100.0
 _MB = 1024 * 1024
+# Files the kernel is asked to read ahead of the header check (a window, so a million
+# photos do not flood the page cache).
+_READ_AHEAD = 256
 # Modes Pillow reports for images tf.io.decode_image returns with 1 or 2 channels.
 _GRAY_MODES = {"1": 1, "L": 1, "I": 1, "I;16": 1, "I;16B": 1, "I;16L": 1, "F": 1, "LA": 2,
                "La": 2}
@@ -113,12 +116,39 @@ def _check_path(path: str, limits: SizeLimits) -> HeaderCheck:
         return HeaderCheck(f"unreadable file: {error.strerror or error}")
 
 
+def _read_ahead(path: str) -> None:
+    """Ask the kernel to start reading `path` now (it returns at once): the header read,
+    and tf.data's read of the whole file after it, then find the pages in the cache."""
+    try:
+        handle = os.open(path, os.O_RDONLY)
+    except OSError:
+        return  # _check_path names the error
+    try:
+        os.posix_fadvise(handle, 0, 0, os.POSIX_FADV_WILLNEED)
+    except OSError:
+        pass
+    finally:
+        os.close(handle)
+
+
 def check_files(paths: Sequence[str], limits: SizeLimits) -> list[HeaderCheck]:
-    """`check_file` of every path, in order, in the calling thread. Pillow parses headers
-    in Python, under the GIL: on 4 threads 20,000 JPEG headers took 2.6 s on 2 cores (the
-    threads queue on the GIL), in one thread 0.78 s."""
+    """`check_file` of every path, in order, in the calling thread, with the kernel reading
+    `_READ_AHEAD` files ahead. Pillow parses headers in Python, under the GIL: 20,000 JPEG
+    headers on 2 cores took 2.9 s warm and 3.5 s cold on 4 threads (they queue on the GIL),
+    0.9 s and 3.0 s in one thread, 0.8 s and 2.0 s reading 256 files ahead (1.1 s cold when
+    every file is read ahead at once; 1,024 ahead was no faster than 256)."""
+    ahead = _read_ahead if hasattr(os, "posix_fadvise") else None
+    checks = []
     with _pillow_limit_off():
-        return [_check_path(path, limits) for path in paths]
+        for index, path in enumerate(paths):
+            if ahead is not None:
+                if index == 0:
+                    for early in paths[:_READ_AHEAD]:
+                        ahead(early)
+                elif index + _READ_AHEAD - 1 < len(paths):
+                    ahead(paths[index + _READ_AHEAD - 1])
+            checks.append(_check_path(path, limits))
+    return checks
 
 
 def check_bytes(data: bytes, limits: SizeLimits) -> HeaderCheck:
