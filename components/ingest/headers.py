@@ -116,15 +116,17 @@ def _check_path(path: str, limits: SizeLimits) -> HeaderCheck:
         return HeaderCheck(f"unreadable file: {error.strerror or error}")
 
 
-def _read_ahead(path: str) -> None:
+def _read_ahead(path: str, limits: SizeLimits) -> None:
     """Ask the kernel to start reading `path` now (it returns at once): the header read,
-    and tf.data's read of the whole file after it, then find the pages in the cache."""
+    and tf.data's read of the whole file after it, then find the pages in the cache. A file
+    over `data.max_file_mb` is quarantined unread, so it is not read ahead either."""
     try:
         handle = os.open(path, os.O_RDONLY)
     except OSError:
         return  # _check_path names the error
     try:
-        os.posix_fadvise(handle, 0, 0, os.POSIX_FADV_WILLNEED)
+        if size_problem(os.fstat(handle).st_size, limits) is None:
+            os.posix_fadvise(handle, 0, 0, os.POSIX_FADV_WILLNEED)
     except OSError:
         pass
     finally:
@@ -144,9 +146,9 @@ def check_files(paths: Sequence[str], limits: SizeLimits) -> list[HeaderCheck]:
             if ahead is not None:
                 if index == 0:
                     for early in paths[:_READ_AHEAD]:
-                        ahead(early)
+                        ahead(early, limits)
                 elif index + _READ_AHEAD - 1 < len(paths):
-                    ahead(paths[index + _READ_AHEAD - 1])
+                    ahead(paths[index + _READ_AHEAD - 1], limits)
             checks.append(_check_path(path, limits))
     return checks
 

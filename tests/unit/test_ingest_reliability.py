@@ -131,6 +131,25 @@ def test_file_over_max_file_mb_is_quarantined_unread(tmp_path):
                                 "reason": "file is 0.3 MB > data.max_file_mb 0.25"}]
 
 
+def test_the_header_pass_reads_ahead_every_file_but_one_over_max_file_mb(tmp_path,
+                                                                          monkeypatch):
+    """The kernel is asked (posix_fadvise WILLNEED, recorded here before it runs) to read
+    the files ahead of the header check; a file quarantined unread is not among them."""
+    root = _tree(tmp_path / "data")
+    (root / "dog" / "large.png").write_bytes(_png() + b"\0" * 300_000)
+    advised, real = [], os.posix_fadvise
+
+    def record(fd, offset, length, advice):
+        advised.append(os.fstat(fd).st_ino)
+        return real(fd, offset, length, advice)
+
+    monkeypatch.setattr(os, "posix_fadvise", record)
+    _ingest(root, tmp_path / "out", max_bad_fraction=0.1, limits=SizeLimits(max_file_mb=0.25))
+    files = [path for path in root.rglob("*.png")]
+    assert sorted(advised) == sorted(path.stat().st_ino for path in files
+                                     if path.name != "large.png")
+
+
 def test_channels_auto_comes_from_the_headers(tmp_path):
     root = _tree(tmp_path / "data")
     _ingest(root, tmp_path / "gray")
