@@ -210,6 +210,59 @@ def test_int8_variants_are_under_30_percent_and_lose_at_most_one_point(
     assert result.accuracy_delta >= -0.01 and result.passed, result
 
 
+class _WideLayer(tf.Module):
+    """`predict_normalized` of 128x128 gray images through one Dense of 16,384 inputs."""
+
+    def __init__(self, kernel: np.ndarray, bias: np.ndarray) -> None:
+        super().__init__()
+        self.kernel, self.bias = tf.Variable(kernel), tf.Variable(bias)
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 128, 128, 1], tf.float32)])
+    def predict_normalized(self, images: tf.Tensor) -> dict[str, tf.Tensor]:
+        logits = tf.matmul(tf.reshape(images, [-1, 128 * 128]), self.kernel) + self.bias
+        return {"probabilities": tf.nn.softmax(logits)}
+
+
+def _tflite_probabilities(tflite_model: bytes, images: np.ndarray) -> np.ndarray:
+    interpreter = tf.lite.Interpreter(model_content=tflite_model)
+    interpreter.allocate_tensors()
+    (input_detail,), (output_detail,) = (interpreter.get_input_details(),
+                                         interpreter.get_output_details())
+    rows = []
+    for image in images:
+        interpreter.set_tensor(input_detail["index"], image[np.newaxis])
+        interpreter.invoke()
+        rows.append(interpreter.get_tensor(output_detail["index"])[0])
+    return np.asarray(rows)
+
+
+def test_dynamic_int8_of_a_wide_one_signed_layer_predicts_like_the_savedmodel(tmp_path: Path):
+    """A trained 16,384-input Dense whose weight rows are mostly of one sign made TF Lite
+    2.16's asymmetric hybrid kernel up to 10 off; dynamic_int8 flipped 12 % of photos.
+    Here: class 0 has small positive weights, class 1 zero-mean ones, and a bias puts
+    the two near each other, so an error in class 0's logit moves the probabilities."""
+    rng = np.random.default_rng(0)
+    inputs = 128 * 128
+    kernel = np.stack([np.abs(rng.normal(2e-4, 1e-4, inputs)),
+                       rng.normal(0.0, 2e-4, inputs)], axis=1).astype(np.float32)
+    images = rng.uniform(0.0, 0.4, (20, 128, 128, 1)).astype(np.float32)
+    flat = images.reshape(len(images), inputs)
+    bias = np.array([-float(np.median(flat @ kernel[:, 0])), 0.0], dtype=np.float32)
+    module = _WideLayer(kernel, bias)
+    saved_model_dir = str(tmp_path / "wide")
+    tf.saved_model.save(module, saved_model_dir,
+                        signatures={"predict_normalized": module.predict_normalized})
+    expected = module.predict_normalized(tf.constant(images))["probabilities"].numpy()
+
+    tflite_model = convert(saved_model_dir, "dynamic_int8")
+
+    probabilities = _tflite_probabilities(tflite_model, images)
+    assert np.abs(probabilities - expected).max() < 0.02
+    result = check_parity(tflite_model, "dynamic_int8", saved_model_dir, images,
+                          expected.argmax(axis=1))
+    assert result.agreement == 1.0, result.reason
+
+
 def test_full_integer_int8_takes_int8_and_uint8_io_takes_uint8(
     digits: DigitsModel, converted: dict[str, bytes]
 ):
