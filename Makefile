@@ -25,7 +25,7 @@ tools: $(TOOLS_STAMP)
 $(TOOLS_STAMP): requirements-tools.lock $(STAMP)
 	@[ -x $(TOOLS_VENV)/bin/python ] || $(PY) -m venv $(TOOLS_VENV)
 	@echo "setup: installing requirements-tools.lock into $(TOOLS_VENV)"
-	@$(VENV)/bin/uv pip sync --quiet --python $(TOOLS_VENV)/bin/python requirements-tools.lock
+	@$(VENV)/bin/uv pip sync --quiet --compile-bytecode --python $(TOOLS_VENV)/bin/python requirements-tools.lock
 	@touch $(TOOLS_STAMP)
 
 # PostgreSQL for the Kubernetes replay test (installed with apt-get when missing; needs root).
