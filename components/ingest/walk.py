@@ -5,23 +5,22 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-import tensorflow as tf
-
 from components.ingest.reader import ImagePolicy, decode_images
 from components.ingest.sources import FolderSource, TFRecordSource
 from components.ingest.splits import SplitAssigner
 from components.ingest.volume_source import VolumeSource
-from components.ingest.writer import build_example
+from components.ingest.writer import example_record
 
 
 def source_examples(
     source: FolderSource | TFRecordSource | VolumeSource,
     policy: ImagePolicy,
     assign_split: SplitAssigner,
-) -> Iterator[tuple[int, str | None, tf.train.Example | dict[str, str], bool]]:
-    """Every element of `source` in index order: `(index, split, example, re-encoded?)` when
-    usable, `(index, None, {"path": ..., "reason": ...}, False)` when quarantined. Both
-    engines walk a source with this (the Beam engine one shard's files at a time)."""
+) -> Iterator[tuple[int, str | None, bytes | dict[str, str], bool]]:
+    """Every element of `source` in index order: `(index, split, serialized Example,
+    re-encoded?)` when usable, `(index, None, {"path": ..., "reason": ...}, False)` when
+    quarantined. Both engines walk a source with this (the Beam engine one shard's files
+    at a time)."""
     # The decoded stream is the items' index order minus the failures, so walking both
     # together tells exactly which items failed.
     decoded_images = decode_images(source.dataset(), policy)
@@ -34,5 +33,5 @@ def source_examples(
         if reason:
             yield index, None, {"path": item.path, "reason": reason}, False
             continue
-        example = build_example(image, item.label, item.label_name, item.filename, item.example)
-        yield index, assign_split(item.split_key), example, image.reencoded
+        record = example_record(image, item.label, item.label_name, item.filename, item.example)
+        yield index, assign_split(item.split_key), record, image.reencoded
