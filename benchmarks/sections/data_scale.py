@@ -7,7 +7,8 @@ one (read, decode to validate, write the bytes) on `MEMORY_FACTOR` x N photos (i
 RSS at N and at `MEMORY_FACTOR` x N photos; then the Trainer's input
 (`make_dataset` over the Ingest's shards) against the plain input (read_file ->
 decode_jpeg -> resize -> batch) at 224x224, and from that the cores that would feed one
-A100 training ResNet-50.
+A100 training ResNet-50. Beside them, tf.data's read -> decode_jpeg alone on all cores and
+on one: the most any tf.data ingest can scale on the machine.
 """
 
 from __future__ import annotations
@@ -49,6 +50,9 @@ RUNS = {
     "plain_large": (MEMORY_FACTOR, "plain", 0),
     "mptfx_large_1core": (MEMORY_FACTOR, "mptfx", 1),
     "plain_large_1core": (MEMORY_FACTOR, "plain", 1),
+    # tf.data's decode alone: how far any tf.data ingest can scale on this machine.
+    "decode_large": (MEMORY_FACTOR, "decode", 0),
+    "decode_large_1core": (MEMORY_FACTOR, "decode", 1),
 }
 
 
@@ -135,6 +139,8 @@ def summarise(photos: int, ingests: dict[str, dict[str, Any]],
         "mptfx_core_speedup": _ratio(_rate(large), _rate(ingests.get("mptfx_large_1core"))),
         "plain_core_speedup": _ratio(_rate(plain_large),
                                      _rate(ingests.get("plain_large_1core"))),
+        "decode_core_speedup": _ratio(_rate(ingests.get("decode_large")),
+                                      _rate(ingests.get("decode_large_1core"))),
         "mptfx_bytes_ratio": _ratio(large.get("bytes_written"), large.get("photo_bytes")),
         "plain_bytes_ratio": _ratio(plain_large.get("bytes_written"),
                                     plain_large.get("photo_bytes")),
@@ -252,6 +258,12 @@ class DataScale(Section):
             return []
         lines = [f"Data scale: {what} {measured} (target {target}): {verdict}."
                  for what, measured, target, verdict in targets(entry)]
+        ceiling = entry.get("decode_core_speedup")
+        if ceiling is not None and (entry.get("cores") or 0) >= 2:
+            lines.append(f"Data scale: tf.data's own read → decode_jpeg, writing nothing, "
+                         f"scales {ceiling:.2f}× from 1 core to {entry.get('cores')} on this "
+                         f"machine, the most a tf.data ingest can; the Ingest scales "
+                         f"{_times(entry.get('mptfx_core_speedup'))}.")
         mptfx, plain = entry.get("mptfx_cores_per_a100"), entry.get("plain_cores_per_a100")
         if mptfx is not None:
             lines.append(f"Data scale: feeding one A100 training ResNet-50 (AMP + XLA, "
@@ -269,7 +281,7 @@ def _cell(entry: dict[str, Any] | None, key: str, digits: int = 0) -> str:
 
 def _table(entry: dict[str, Any]) -> list[str]:
     ingest, rates = entry["ingest"], entry.get("input") or {}
-    small, large = ingest.get("mptfx") or {}, ingest.get("mptfx_large") or {}
+    large = ingest.get("mptfx_large") or {}
     n, big = entry["photos"], entry["memory_photos"]
     load = entry.get("load_average") or [None, None]
     lines = [
@@ -289,6 +301,10 @@ def _table(entry: dict[str, Any]) -> list[str]:
         f"{_cell(ingest.get('plain_large_1core'), 'images_per_sec')} | |",
         f"| ingest speedup, all cores ÷ 1 | {_times(entry.get('mptfx_core_speedup'))} | "
         f"{_times(entry.get('plain_core_speedup'))} | |",
+        f"| tf.data read → decode_jpeg alone, img/s all cores / 1 core (speedup) | | "
+        f"{_cell(ingest.get('decode_large'), 'images_per_sec')} / "
+        f"{_cell(ingest.get('decode_large_1core'), 'images_per_sec')} "
+        f"({_times(entry.get('decode_core_speedup'))}) | |",
         f"| ingest img/s, {n:,} photos, all cores | "
         f"{_cell(ingest.get('mptfx'), 'images_per_sec')} | "
         f"{_cell(ingest.get('plain'), 'images_per_sec')} | "

@@ -56,6 +56,21 @@ def test_both_ingests_keep_the_photos_bytes_and_count_every_photo(ingests):
     assert ingests["plain"]["shards"] == 1
 
 
+def test_the_decode_alone_reads_every_photo_and_writes_nothing(photo_sets, tmp_path):
+    result = data_scale.ingest_photos(photo_sets[0]["root"], str(tmp_path / "decode"),
+                                      "decode")
+    assert result["images"] == PHOTOS and result["bytes_written"] == 0
+    entry = summarise(PHOTOS, {"decode_large": {**result, "images_per_sec": 300.0},
+                               "decode_large_1core": {**result, "images_per_sec": 200.0},
+                               "mptfx_large": {"images_per_sec": 290.0},
+                               "mptfx_large_1core": {"images_per_sec": 190.0}},
+                      {"cores": 2})
+    assert entry["decode_core_speedup"] == 1.5
+    verdicts = SECTION.verdicts({"data_scale": entry})
+    assert any("scales 1.50× from 1 core to 2" in line and "the Ingest scales 1.53×" in line
+               for line in verdicts), verdicts
+
+
 def test_an_unknown_ingest_method_is_named():
     with pytest.raises(ValueError, match="method must be one of"):
         data_scale.ingest_photos("/nowhere", "/nowhere", "fast")
