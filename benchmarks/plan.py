@@ -38,7 +38,7 @@ SECTION_SECONDS = {
     "auto_check": 40.0,
     "largest_batch": 120.0,
     "input_pipeline": 60.0,
-    "data_scale": 220.0,
+    "data_scale": 300.0,
 }
 
 

@@ -5,54 +5,12 @@ from __future__ import annotations
 
 import io
 
-import numpy as np
 import pytest
 from PIL import Image
 
 from components.ingest import headers
 from components.ingest.headers import HeaderPass, SizeLimits
-
-
-def _image(mode: str, size: tuple[int, int] = (37, 23)) -> Image.Image:
-    rng = np.random.default_rng(0)
-    if mode == "I;16":
-        return Image.fromarray(rng.integers(0, 65535, size[::-1], dtype=np.uint16))
-    pixels = rng.integers(0, 255, (size[1], size[0], 3), dtype=np.uint8)
-    return Image.fromarray(pixels).convert(mode)
-
-
-def _encoded(image: Image.Image, fmt: str, **options: object) -> bytes:
-    buffer = io.BytesIO()
-    image.save(buffer, fmt, **options)
-    return buffer.getvalue()
-
-
-def _camera_exif() -> bytes:
-    # An orientation tag and 30 kB of maker notes before the frame header, as cameras write.
-    exif = Image.Exif()
-    exif[0x0112] = 6
-    exif[0x927C] = b"m" * 30_000
-    return exif.tobytes()
-
-
-KINDS = {
-    "jpeg rgb": lambda: _encoded(_image("RGB"), "JPEG"),
-    "jpeg progressive": lambda: _encoded(_image("RGB"), "JPEG", progressive=True),
-    "jpeg gray": lambda: _encoded(_image("L"), "JPEG"),
-    "jpeg cmyk": lambda: _encoded(_image("CMYK"), "JPEG"),
-    "jpeg exif": lambda: _encoded(_image("RGB"), "JPEG", exif=_camera_exif()),
-    "jpeg icc": lambda: _encoded(_image("RGB"), "JPEG", icc_profile=b"p" * 70_000),
-    "png 1-bit": lambda: _encoded(_image("1"), "PNG"),
-    "png gray": lambda: _encoded(_image("L"), "PNG"),
-    "png gray+alpha": lambda: _encoded(_image("LA"), "PNG"),
-    "png rgb": lambda: _encoded(_image("RGB"), "PNG"),
-    "png rgba": lambda: _encoded(_image("RGBA"), "PNG"),
-    "png palette": lambda: _encoded(_image("P"), "PNG"),
-    "png palette+transparency": lambda: _encoded(_image("P"), "PNG", transparency=0),
-    "png 16-bit": lambda: _encoded(_image("I;16"), "PNG"),
-    "gif": lambda: _encoded(_image("P"), "GIF"),
-    "bmp": lambda: _encoded(_image("RGB"), "BMP"),
-}
+from tests.photo_kinds import KINDS
 
 
 def _pillow_says(data: bytes) -> tuple[int, int, int] | None:
