@@ -117,7 +117,10 @@ def _jpeg_size(handle: BinaryIO) -> tuple[int, int, int] | None:
             height, width = int.from_bytes(frame[1:3], "big"), int.from_bytes(frame[3:5], "big")
             # 1 component: gray (Pillow's L); 3: YCbCr or RGB; 4: CMYK/YCCK, decoded as RGB.
             return (width, height, 1 if frame[5] == 1 else 3) if width and height else None
-        handle.seek(int.from_bytes(length, "big") - 2, os.SEEK_CUR)
+        skip = int.from_bytes(length, "big") - 2
+        if skip < 0:
+            return None  # a length that does not cover itself: corrupt
+        handle.seek(skip, os.SEEK_CUR)
 
 
 def _lean_size(handle: BinaryIO) -> tuple[int, int, int] | None:
@@ -211,11 +214,12 @@ class HeaderPass:
     """`check_file` of every path, in order, on a thread of its own, with the kernel reading
     `_READ_AHEAD` files ahead; the decode starts on the files already checked.
 
-    Pillow parses headers in Python, so the pass is serial: 20,000 JPEG headers took 1.9 s
-    on an AVX2 EPYC, 0.8 s on an AVX-512 Xeon, a fifth of a 2-core ingest when the decode
-    waited for it. On this thread it runs beside the decode, which runs in tf.data's own
-    threads; `checks(start, stop)` blocks until those are known. It never waits on
-    its readers, so it always finishes. (4 threads queued on the GIL: 2.9 s on the Xeon.)
+    The checks run in Python, so the pass is serial: with Pillow 20,000 JPEG headers took
+    1.9 s on an AVX2 EPYC (0.8 s on an AVX-512 Xeon), a fifth of a 2-core ingest while the
+    decode waited for them; `_lean_size` reads them in about a third of that. On this
+    thread the pass runs beside the decode, which runs in tf.data's own threads;
+    `checks(start, stop)` blocks until those are known. It never waits on its readers, so
+    it always finishes. (4 threads queued on the GIL: 2.9 s on the Xeon.)
 
         pass_ = HeaderPass(paths, SizeLimits())
         pass_.checks(0, 256)      # the first 256 checks, waiting for them if need be
@@ -232,9 +236,6 @@ class HeaderPass:
         self._thread = threading.Thread(target=self._run, name="mptfx-header-pass",
                                         daemon=True)
         self._thread.start()
-
-    def __len__(self) -> int:
-        return len(self._paths)
 
     def _run(self) -> None:
         ahead = _read_ahead if hasattr(os, "posix_fadvise") else None
