@@ -83,41 +83,55 @@ def _visible_entries(directory: Path) -> list[Path]:
                         f"{error.strerror or error}") from None
 
 
-def _raise_walk_error(error: OSError) -> None:
-    # os.walk skips unreadable folders silently unless told otherwise; a skipped folder
-    # would silently drop its images from the data set.
-    raise DataError(f"cannot read folder {_printable(error.filename)}: "
-                    f"{error.strerror or error}")
+def _walk_error(error: OSError) -> DataError:
+    # An unreadable folder is an error, never skipped: a skipped folder would silently
+    # drop its images from the data set.
+    return DataError(f"cannot read folder {_printable(error.filename)}: "
+                     f"{error.strerror or error}")
 
 
-def _check_entry(folder: str, name: str, root: Path) -> None:
-    """`_check_name` and `_check_link` of `folder/name`, without building a Path unless the
-    name is suspect or the entry is a link (20,000 photos: 1.07 s with Paths, 0.2 s so)."""
+def _check_entry(path: str, name: str, is_link: bool, root: Path) -> None:
+    """`_check_name` and `_check_link` of the entry `name` at `path`, without building a
+    Path unless the name is suspect or the entry is a link (20,000 photos: 1.07 s with
+    Paths and a stat each, 0.1 s so)."""
     try:
         plain = name.isprintable() and bool(name.encode("utf-8"))
     except UnicodeEncodeError:
         plain = False
-    path = os.path.join(folder, name)
     if not plain:
         _check_name(Path(path))
-    if os.path.islink(path):
+    if is_link:
         _check_link(Path(path), root)
 
 
 def _walk_files(class_dir: Path, root: Path) -> list[str]:
-    """Relative paths of every non-hidden file below `class_dir`, hidden folders pruned;
-    names and links are checked first, so nothing below can fail on them."""
-    found = []
-    for dirpath, dirnames, filenames in os.walk(class_dir, onerror=_raise_walk_error):
-        # Editing dirnames in place is how os.walk is told not to descend into hidden folders.
-        dirnames[:] = sorted(name for name in dirnames if not _is_hidden(name))
-        prefix = Path(dirpath).relative_to(root).as_posix() + "/"
-        for name in dirnames:
-            _check_entry(dirpath, name, root)
-        for name in sorted(filenames):
-            if not _is_hidden(name):
-                _check_entry(dirpath, name, root)
-                found.append(prefix + name)
+    """Relative paths of every non-hidden file below `class_dir`, hidden folders pruned,
+    in os.walk's top-down order with sorted names; names and links are checked first, so
+    nothing below can fail on them. Links to folders are checked, not followed.
+
+    os.scandir's entries carry their type, so a folder of files costs no stat per file.
+    """
+    found: list[str] = []
+
+    def walk(folder: str, prefix: str) -> None:
+        try:
+            with os.scandir(folder) as listing:
+                entries = sorted((entry for entry in listing if not _is_hidden(entry.name)),
+                                 key=lambda entry: entry.name)
+            folders = [entry for entry in entries if entry.is_dir()]
+        except OSError as error:
+            raise _walk_error(error) from None
+        for entry in folders:
+            _check_entry(entry.path, entry.name, entry.is_symlink(), root)
+        for entry in entries:
+            if not entry.is_dir():
+                _check_entry(entry.path, entry.name, entry.is_symlink(), root)
+                found.append(prefix + entry.name)
+        for entry in folders:
+            if not entry.is_symlink():
+                walk(entry.path, prefix + entry.name + "/")
+
+    walk(str(class_dir), class_dir.relative_to(root).as_posix() + "/")
     return found
 
 

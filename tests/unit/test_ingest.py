@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -88,6 +89,28 @@ def test_scan_lists_sorted_classes_recursively_and_skips_hidden_files(tmp_path):
     assert listing.files == ["a/UPPER.PNG", "a/y.jpg", "b/deep/x.png"]
     assert listing.labels == [0, 0, 1]
     assert listing.ignored == ["a/notes.txt"]
+
+
+def test_scan_walks_like_os_walk_and_does_not_follow_a_linked_folder(tmp_path):
+    """The listing reads folders with os.scandir (no stat per file); it must list what
+    os.walk lists, in its top-down order, and check a link to a folder without entering it
+    (so an image is never listed twice)."""
+    for name in ("a/z.png", "a/sub/b.png", "a/sub/deeper/c.png", "a/m.png", "b/1.png",
+                 "b/.hidden/x.png", "b/sub/2.png"):
+        _save(tmp_path / name)
+    os.symlink(tmp_path / "a" / "sub", tmp_path / "b" / "linked")
+
+    listing = scan_image_folder(tmp_path)
+
+    expected = []
+    for class_dir in ("a", "b"):
+        for folder, dirnames, filenames in os.walk(tmp_path / class_dir):
+            dirnames[:] = sorted(name for name in dirnames if not name.startswith("."))
+            relative = Path(folder).relative_to(tmp_path).as_posix()
+            expected += [f"{relative}/{name}" for name in sorted(filenames)]
+    assert listing.files == expected
+    assert listing.files == ["a/m.png", "a/z.png", "a/sub/b.png", "a/sub/deeper/c.png",
+                             "b/1.png", "b/sub/2.png"]
 
 
 def _file_not_dir(root: Path) -> Path:
