@@ -1,8 +1,9 @@
 """Where images come from: a class-folder tree, or existing tf.Example TFRecord files.
 
 Both sources offer the same three things to the writer: a tf.data dataset of
-`(index, encoded image bytes)` for the decode pipeline, the per-element metadata in the same
-index order (`items()`), and a way to explain a failed element for the quarantine report.
+`(index, encoded image bytes)` (a folder: of file paths, `read_paths`) for the decode
+pipeline, the per-element metadata in the same index order (`items()`), and an element's
+bytes again (`item_data`) for one the batched decode did not return.
 Both check every image's header first (`headers.py`): an element over the size limits is
 quarantined with the reason and never reaches the decoder, and the headers' channel
 counts answer `channels: auto` without a decode pass.
@@ -24,13 +25,7 @@ from components.examples_format import FILENAME_KEY, IMAGE_KEY, LABEL_KEY, LABEL
 from components.ingest.errors import DataError
 from components.ingest.headers import HeaderCheck, HeaderPass, SizeLimits, check_bytes
 from components.ingest.listing import ImageListing
-from components.ingest.reader import (
-    ImagePolicy,
-    describe_decode_failure,
-    parallel_calls,
-    read_files,
-    skip_indices,
-)
+from components.ingest.reader import parallel_calls, skip_indices
 
 # Class indices become the width of the Trainer's output layer and lines of labels.txt;
 # a record claiming label 2**40 must not make either that large.
@@ -67,9 +62,12 @@ class FolderSource:
     def __len__(self) -> int:
         return len(self.listing.files)
 
+    # dataset() gives paths: the decode reads each file in the same step.
+    read_paths = True
+
     def dataset(self) -> tf.data.Dataset:
-        """`(index, file bytes)`, read by tf.data, of the files whose header passed, handed
-        over `_CHECKED_CHUNK` at a time as the header pass checks them: a refused file never
+        """`(index, file path)` of the files whose header passed, handed over
+        `_CHECKED_CHUNK` at a time as the header pass checks them: a refused file never
         reaches a decoder, and the decode need not wait for the last header."""
         paths, headers = self._paths, self._headers
 
@@ -86,7 +84,7 @@ class FolderSource:
 
         listed = tf.data.Dataset.from_generator(checked, output_signature=(
             tf.TensorSpec([None], tf.int64), tf.TensorSpec([None], tf.string)))
-        return read_files(listed.unbatch())
+        return listed.unbatch()
 
     def native_channels(self) -> Iterator[int]:
         """The decoded channel count of every file whose header passed, as the header pass
@@ -110,14 +108,14 @@ class FolderSource:
         """Stops the header pass if it is still running."""
         self._headers.stop()
 
-    def describe_failure(self, item: SourceItem, policy: ImagePolicy) -> str:
-        """Why the file of `item` did not decode."""
+    def item_data(self, index: int, item: SourceItem) -> bytes | str:
+        """The file's bytes, for an item the batched decode did not return; or why it
+        cannot be read."""
         try:
-            with open(os.path.join(self.listing.root, item.path), "rb") as handle:
-                data = handle.read()
+            with open(self._paths[index], "rb") as handle:
+                return handle.read()
         except OSError as error:
             return f"unreadable file: {error.strerror or error}"
-        return describe_decode_failure(data, policy)
 
 
 def _known_channels(headers: list[HeaderCheck]) -> list[int]:
@@ -234,6 +232,8 @@ class TFRecordSource:
     def __len__(self) -> int:
         return self._count
 
+    read_paths = False
+
     def dataset(self) -> tf.data.Dataset:
         """`(index, image bytes)` parsed from the records by tf.data."""
         datasets = [
@@ -278,7 +278,7 @@ class TFRecordSource:
                 example=example,
             )
 
-    def describe_failure(self, item: SourceItem, policy: ImagePolicy) -> str:
-        """Why the `image` of `item` did not decode."""
+    def item_data(self, index: int, item: SourceItem) -> bytes:
+        """The record's `image` bytes, for an item the batched decode did not return."""
         data = _single_bytes(item.example, IMAGE_KEY) if item.example is not None else None
-        return describe_decode_failure(data or b"", policy)
+        return data or b""

@@ -33,7 +33,6 @@ from components.core.text import one_line
 from components.examples_format import DEPTH_KEY, LABEL_KEY, MASK_KEY
 from components.ingest.errors import DataError
 from components.ingest.headers import SizeLimits, size_problem
-from components.ingest.reader import ImagePolicy
 from components.ingest.sources import SourceItem
 
 VOLUME_SUFFIXES = (".nii.gz", ".nii", ".npz", ".npy")
@@ -201,10 +200,14 @@ class VolumeSource:
     def __len__(self) -> int:
         return len(self._items)
 
+    read_paths = False
+
     def dataset(self) -> tf.data.Dataset:
-        """`(index, PNG bytes)` of the stacked slices (empty bytes for quarantined pairs)."""
+        """`(index, PNG bytes)` of the stacked slices of the pairs not quarantined."""
+        kept = [index for index, png in enumerate(self._pngs) if png]
         return tf.data.Dataset.from_tensor_slices(
-            (np.arange(len(self._pngs), dtype=np.int64), np.array(self._pngs, dtype=object))
+            (tf.constant(kept, tf.int64),
+             tf.constant([self._pngs[index] for index in kept], tf.string))
         )
 
     def native_channels(self) -> list[int]:
@@ -215,9 +218,9 @@ class VolumeSource:
         """One item per volume file, in index order."""
         yield from self._items
 
-    def describe_failure(self, item: SourceItem, policy: ImagePolicy) -> str:
-        """Why the slices of `item` did not decode (its checks passed, so rarely)."""
-        return f"its {policy.channels}-channel slices did not decode"
+    def item_data(self, index: int, item: SourceItem) -> bytes:
+        """The stacked slices' PNG, for an item the batched decode did not return."""
+        return self._pngs[index]
 
 
 def _set_int(example: tf.train.Example, name: str, values: list[int]) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from components.ingest.reader import ImagePolicy, decode_images
+from components.ingest.reader import DecodedImage, ImagePolicy, decode_images, decode_one
 from components.ingest.sources import FolderSource, TFRecordSource
 from components.ingest.splits import SplitAssigner
 from components.ingest.volume_source import VolumeSource
@@ -23,14 +23,19 @@ def source_examples(
     at a time)."""
     # The decoded stream is the items' index order minus the failures, so walking both
     # together tells exactly which items failed.
-    decoded_images = decode_images(source.dataset(), policy)
+    decoded_images = decode_images(source.dataset(), policy, read_paths=source.read_paths)
     next_image = next(decoded_images, None)
     for index, item in enumerate(source.items()):
-        image = None
+        image: DecodedImage | str | None = None
         if next_image is not None and next_image.index == index:
             image, next_image = next_image, next(decoded_images, None)
-        reason = item.problem or (None if image else source.describe_failure(item, policy))
-        if reason:
+        elif item.problem is None:
+            # Missing: it, or another image of its decode batch, failed; alone it is stored
+            # as the batch would have stored it, or gets its reason.
+            data = source.item_data(index, item)
+            image = data if isinstance(data, str) else decode_one(index, data, policy)
+        reason = item.problem or (image if isinstance(image, str) else None)
+        if reason or not isinstance(image, DecodedImage):
             yield index, None, {"path": item.path, "reason": reason}, False
             continue
         record = example_record(image, item.label, item.label_name, item.filename, item.example)

@@ -205,6 +205,32 @@ def test_corrupt_png_is_quarantined_and_text_file_ignored_not_counted(tmp_path):
     assert b"dog/broken.png" not in {row["filename"] for row in rows}
 
 
+def test_a_corrupt_file_costs_its_decode_batch_nothing(tmp_path):
+    """The decode validates images in batches and a corrupt file fails its whole batch;
+    the batch's good images, RGBA ones re-encoded included, must be stored exactly as an
+    ingest without the corrupt files stores them, in the same order."""
+    clean, dirty = tmp_path / "clean", tmp_path / "dirty"
+    for index in range(40):
+        mode, fmt = [("L", "PNG"), ("RGBA", "PNG"), ("RGB", "JPEG")][index % 3]
+        data = _encode(mode, (12, 9), fmt)
+        name = f"{'ab'[index % 2]}/img_{index:03d}.{fmt.lower()}"
+        for root in (clean, dirty):
+            (root / name).parent.mkdir(parents=True, exist_ok=True)
+            (root / name).write_bytes(data)
+    for name in ("a/img_004b.png", "b/img_027b.jpeg"):  # each inside a batch of good ones
+        (dirty / name).write_bytes(b"\x89PNG\r\n\x1a\n" + b"\0" * 40 if name.endswith(".png")
+                                   else b"\xff\xd8\xff\xe0" + b"\0" * 30)
+
+    _, expected = _run(clean, tmp_path / "out-clean", max_bad_fraction=0.1)
+    _, rows = _run(dirty, tmp_path / "out-dirty", max_bad_fraction=0.1)
+
+    report = json.loads((tmp_path / "out-dirty" / "q" / "quarantine.json").read_text())
+    assert sorted(entry["path"] for entry in report["files"]) == ["a/img_004b.png",
+                                                                  "b/img_027b.jpeg"]
+    assert rows == expected and len(rows) == 40
+    assert sum(row["image_format"] == b"png" and row["channels"] == 3 for row in rows) > 0
+
+
 def test_too_many_bad_files_fail_naming_count_files_and_report(tmp_path):
     root = _image_tree(tmp_path / "data", per_class=4)
     (root / "dog" / "zz_bad.jpg").write_bytes(b"definitely not a jpeg")
