@@ -7,8 +7,8 @@
   `ingest()` (the function the Ingest component runs) on such a folder, or of the plain
   reference (`plain_ingest`: list files -> read_file -> decode_jpeg to validate -> each
   file's bytes into one GZIP TFRecord of Examples).
-- `decode_only`: tf.data's read_file -> decode_jpeg alone, nothing written: its speed-up
-  from 1 core to all is the ceiling of any tf.data ingest on the machine.
+- `decode_only`: tf.data's read_file -> decode_jpeg alone, a map call per photo, nothing
+  written: how that form (the TensorFlow guides') scales from 1 core to all on the machine.
 - `input_rates`: images/s the Trainer's `make_dataset` delivers from the Ingest's shards
   (decoding every epoch: photos at scale do not fit its cache) against the plain input
   (`plain_input`: list files -> read_file -> decode_jpeg -> resize -> batch), alternating.
@@ -146,9 +146,9 @@ def plain_ingest(photo_dir: str, out_path: str) -> int:
 
 
 def decode_only(photo_dir: str) -> int:
-    """tf.data alone, writing nothing: list -> read_file -> decode_jpeg on as many threads as
-    cores, in batches, autotuning off; returns the count. Its speed-up from 1 core to all
-    is the most any tf.data ingest can scale on the machine."""
+    """tf.data alone, writing nothing: list -> read_file -> decode_jpeg, a map call per
+    photo on as many threads as cores, handed over in batches, autotuning off; returns the
+    count. Its speed-up from 1 core to all is how that form scales on the machine."""
     import tensorflow as tf
 
     files, _ = labelled_photos(photo_dir)

@@ -67,7 +67,7 @@ def test_the_decode_alone_reads_every_photo_and_writes_nothing(photo_sets, tmp_p
                       {"cores": 2})
     assert entry["decode_core_speedup"] == 1.5
     verdicts = SECTION.verdicts({"data_scale": entry})
-    assert any("scales 1.50× from 1 core to 2" in line and "the Ingest scales 1.53×" in line
+    assert any("scales 1.50× from 1 core to 2" in line and "map call, scales 1.53×" in line
                for line in verdicts), verdicts
 
 
