@@ -285,8 +285,8 @@ class DataScale(Section):
         if ceiling is not None and (entry.get("cores") or 0) >= 2:
             lines.append(f"Data scale: tf.data's read → decode_jpeg alone, a map call per "
                          f"photo, writing nothing, scales {ceiling:.2f}× from 1 core to "
-                         f"{entry.get('cores')} on this machine; the Ingest, 16 photos per "
-                         f"map call, scales {_times(entry.get('mptfx_core_speedup'))}.")
+                         f"{entry.get('cores')} on this machine; the Ingest, a batch of photos "
+                         f"per map call, scales {_times(entry.get('mptfx_core_speedup'))}.")
         mptfx, plain = entry.get("mptfx_cores_per_a100"), entry.get("plain_cores_per_a100")
         if mptfx is not None:
             lines.append(f"Data scale: feeding one A100 training ResNet-50 (AMP + XLA, "

@@ -118,15 +118,15 @@ def _walk_files(class_dir: Path, root: Path) -> list[str]:
             with os.scandir(folder) as listing:
                 entries = sorted((entry for entry in listing if not _is_hidden(entry.name)),
                                  key=lambda entry: entry.name)
-            folders = [entry for entry in entries if entry.is_dir()]
+            folders: list[os.DirEntry[str]] = []
+            files: list[os.DirEntry[str]] = []
+            for entry in entries:
+                (folders if entry.is_dir() else files).append(entry)
         except OSError as error:
             raise _walk_error(error) from None
-        for entry in folders:
+        for entry in folders + files:
             _check_entry(entry.path, entry.name, entry.is_symlink(), root)
-        for entry in entries:
-            if not entry.is_dir():
-                _check_entry(entry.path, entry.name, entry.is_symlink(), root)
-                found.append(prefix + entry.name)
+        found.extend(prefix + entry.name for entry in files)
         for entry in folders:
             if not entry.is_symlink():
                 walk(entry.path, prefix + entry.name + "/")

@@ -269,8 +269,6 @@ def _one_image_encoder(policy: ImagePolicy) -> Callable[[tf.Tensor], tuple[tf.Te
 
 def decode_one(index: int, data: bytes, policy: ImagePolicy) -> DecodedImage | str:
     """One element as `decode_images` stores it, or why it cannot be stored (one line)."""
-    if not data:
-        return "empty file (0 bytes)"
     try:
         stored, shape, again = _one_image_encoder(policy)(tf.constant(data))
     except tf.errors.OpError:

@@ -50,6 +50,8 @@ class SourceItem:
 class FolderSource:
     """Images listed by `scan_image_folder`; the split key is the relative path."""
 
+    read_paths = True  # dataset() gives paths: the decode reads each file in the same step
+
     def __init__(self, listing: ImageListing, limits: SizeLimits | None = None):
         self.listing = listing
         self.label_names = list(listing.label_names)
@@ -62,9 +64,6 @@ class FolderSource:
     def __len__(self) -> int:
         return len(self.listing.files)
 
-    # dataset() gives paths: the decode reads each file in the same step.
-    read_paths = True
-
     def dataset(self) -> tf.data.Dataset:
         """`(index, file path)` of the files whose header passed, handed over
         `_CHECKED_CHUNK` at a time as the header pass checks them: a refused file never
@@ -73,13 +72,14 @@ class FolderSource:
 
         def checked() -> Iterator[tuple[np.ndarray, np.ndarray]]:
             for start in range(0, len(paths), _CHECKED_CHUNK):
-                checks = headers.checks(start, min(start + _CHECKED_CHUNK, len(paths)))
+                stop = min(start + _CHECKED_CHUNK, len(paths))
+                checks = headers.checks(start, stop)
                 kept = [start + offset for offset, check in enumerate(checks)
                         if check.problem is None]
                 yield (np.asarray(kept, dtype=np.int64),
                        np.asarray([paths[index].encode("utf-8") for index in kept],
                                   dtype=object))
-                if start + len(checks) < min(start + _CHECKED_CHUNK, len(paths)):
+                if start + len(checks) < stop:
                     return  # the pass was stopped
 
         listed = tf.data.Dataset.from_generator(checked, output_signature=(
@@ -167,6 +167,8 @@ class TFRecordSource:
     the record's bytes.
     """
 
+    read_paths = False  # dataset() gives the images' bytes
+
     def __init__(self, files: list[str], limits: SizeLimits | None = None):
         self.files = files
         self.description = f"{len(files)} TFRecord files in {os.path.dirname(files[0])}"
@@ -231,8 +233,6 @@ class TFRecordSource:
 
     def __len__(self) -> int:
         return self._count
-
-    read_paths = False
 
     def dataset(self) -> tf.data.Dataset:
         """`(index, image bytes)` parsed from the records by tf.data."""

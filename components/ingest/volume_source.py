@@ -126,6 +126,8 @@ class VolumeSource:
     example.
     """
 
+    read_paths = False  # dataset() gives the stacked slices' PNG bytes
+
     def __init__(self, root: str | os.PathLike, limits: SizeLimits | None = None):
         self.root = Path(root)
         self.description = f"volume folder {self.root}"
@@ -199,8 +201,6 @@ class VolumeSource:
 
     def __len__(self) -> int:
         return len(self._items)
-
-    read_paths = False
 
     def dataset(self) -> tf.data.Dataset:
         """`(index, PNG bytes)` of the stacked slices of the pairs not quarantined."""
