@@ -135,6 +135,20 @@ def check_writable_workspace(workspace_root: Path) -> None:
                          f"{error.strerror or error}") from None
 
 
+def check_pretrained_weights(config: Config) -> None:
+    """`model.params.weights: imagenet`: the weights are in Keras' cache or download now, so
+    a machine without them stops before the Ingest (UsageError, exit 2, naming the URL and
+    where to place the file)."""
+    if config.model.weights() != "imagenet":
+        return
+    from components.trainer.pretrained import WeightsUnavailableError, check_imagenet_available
+
+    try:
+        check_imagenet_available(config.model.name, config.model.input_size)
+    except WeightsUnavailableError as error:
+        raise UsageError(str(error)) from None
+
+
 def check_model_file(config: Config, out: TextIO) -> None:
     """Import `model.module_file` and build its model once under the resolved policy; a
     refusal is a UsageError (exit 2) in one line, its traceback in the log."""
@@ -181,6 +195,7 @@ def _run(
     interrupted."""
     workspace = Workspace(workspace_root)
     check_model_file(config, out)  # before anything runs: a bad model file costs seconds
+    check_pretrained_weights(config)
     data = resolve_data(config, workspace, data_arg)
     plan = planner(config, workspace, data) if planner else RunPlan()
     run_dir = workspace.run_dir(run_id)

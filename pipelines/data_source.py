@@ -33,8 +33,9 @@ def resolve_data(config: Config, workspace: Any, data_arg: str | None) -> Any:
     if source == SYNTHETIC_VOLUMES:
         from pipelines.volumes import export_volumes
 
-        # Cubes of the model's slice size: depth = height.
-        height, width = config.model.input_size
+        # Cubes of the model's slice size (auto: 16x16x16): depth = height.
+        size = config.model.input_size
+        height, width = (16, 16) if size == "auto" else size
         exported = export_volumes(workspace.builtin_data_dir.parent / "volumes",
                                   config.data.builtin_per_class, (height, height, width))
         return DataSelection(root=str(exported))

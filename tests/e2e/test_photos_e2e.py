@@ -1,10 +1,10 @@
-"""End to end on JPEG photos: `mptfx run --data <photos> --set model.input_size=[64,64]`.
+"""End to end on JPEG photos: `mptfx run --data <photos>` with no --set.
 
-The folder is what a user's photos look like: RGB JPEGs of a few hundred pixels, one
-sub-folder per class. They are cut from scikit-learn's two sample photos (china.jpg, a
-temple; flower.jpg, a dahlia): random crops of different sizes, resized to 96x96 and saved
-as JPEG, so the two classes are learnable from colour and texture. Only the epochs are
-set besides the user's own --set; the model is the default one.
+The folder is what a user's photos look like: RGB JPEGs of 224 px, one sub-folder per
+class. They are cut from scikit-learn's two sample photos (china.jpg, a temple;
+flower.jpg, a dahlia): random crops of different sizes, resized to 224x224 and saved as
+JPEG. Nothing is set: the model and its input size are auto's (photo_cnn at 64x64), said in
+the run's summary lines and recorded with their reasons.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import pytest
 pytestmark = pytest.mark.e2e
 
 PER_CLASS = 40
-PHOTO_SIZE = 96
+PHOTO_SIZE = 224
 
 
 def _make_photos(root: Path) -> Path:
@@ -44,9 +44,8 @@ def _make_photos(root: Path) -> Path:
 def photos_run(mptfx, tmp_path_factory):
     photos = _make_photos(tmp_path_factory.mktemp("data") / "photos")
     workspace = tmp_path_factory.mktemp("workspace")
-    result = mptfx("run", "--data", str(photos), "--workspace", str(workspace),
-                   "--set", "model.input_size=[64,64]", "--set", "trainer.epochs=6",
-                   "--json", timeout=1200)
+    result = mptfx("run", "--data", str(photos), "--workspace", str(workspace), "--json",
+                   timeout=1200)
     return photos, result
 
 
@@ -57,7 +56,7 @@ def test_the_photo_folder_is_rgb_jpeg(photos_run):
     files = sorted(photos.glob("*/*.jpg"))
     assert len(files) == 2 * PER_CLASS
     with Image.open(files[0]) as image:
-        assert (image.format, image.mode, image.size) == ("JPEG", "RGB", (96, 96))
+        assert (image.format, image.mode, image.size) == ("JPEG", "RGB", (224, 224))
 
 
 def test_photos_train_bless_push_and_publish_every_tflite_variant(photos_run):
@@ -68,8 +67,14 @@ def test_photos_train_bless_push_and_publish_every_tflite_variant(photos_run):
     summary = result.summary
     assert summary.status == "completed"
     assert summary.data.images == 2 * PER_CLASS
-    assert summary.config["model"]["input_size"] == [64, 64]
+    assert summary.config["model"] == {**summary.config["model"], "name": "auto",
+                                       "input_size": "auto"}
     assert summary.config["data"]["channels"] == "auto"
+    # auto chose a photo model at 64 px or more, and says why.
+    trainer = summary.trainer.model_extra
+    assert summary.trainer.model == "photo_cnn" and trainer["input_size"] == [64, 64]
+    assert "224x224 px" in trainer["model_reason"]
+    assert "median size is 224x224 px" in trainer["input_size_reason"]
     assert summary.eval.blessed is True, summary.eval.why_not_blessed
     assert summary.pushed.pushed is True
     assert Path(summary.pushed.path, "saved_model.pb").exists()

@@ -81,7 +81,15 @@ def _result(task: str, params: dict) -> dict | None:
                                   "agreement_with_savedmodel": 1.0, "input_size": [16, 16],
                                   "eval_images": 363}]},
         "stock_tfx": {"pushed_versions": [1]},
+        "photo_quality_sets": {"train": {"root": "/photos", "photos": 80},
+                               "test": {"root": "/test", "photos": 40}},
+        "photo_quality_tutorial": PHOTO_RUN,
+        "photo_quality_mptfx": PHOTO_RUN,
     }[task]
+
+
+PHOTO_RUN = {"test_accuracy": 0.9, "seconds": 10.0, "val_accuracy": 0.9,
+             "eval_accuracy": 0.9, "input_size": [64, 64]}
 
 
 @pytest.fixture
