@@ -58,7 +58,7 @@ def write_digits_examples(root: str, count: int, shard_mb: float | None = None) 
 
 
 def fn_args_dict(examples_uri: str, out: str, model: str = "seed_cnn",
-                 input_size: tuple[int, int] = (8, 8), params: dict | None = None,
+                 input_size: tuple[int, int] | str = (8, 8), params: dict | None = None,
                  **trainer: object) -> dict:
     """The FnArgs fields run_fn reads, as a JSON-able dict (see `make_fn_args`)."""
     from components.examples_format import EVAL_SPLIT, TRAIN_SPLIT, split_dir
@@ -72,7 +72,8 @@ def fn_args_dict(examples_uri: str, out: str, model: str = "seed_cnn",
         "base_model": trainer.pop("base_model", None),
         "custom_config": {
             "data": {"channels": "auto"},
-            "model": {"name": model, "input_size": list(input_size), "params": params or {}},
+            "model": {"name": model, "params": params or {},
+                      "input_size": input_size if input_size == "auto" else list(input_size)},
             "trainer": {"epochs": 2, "batch_size": 32, "precision": "float32", **trainer},
             "export": {"serving_precision": "float32"},
         },

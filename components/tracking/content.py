@@ -126,9 +126,17 @@ def run_params(summary: RunSummary, training: Mapping[str, Any]) -> dict[str, st
                          if trainer.get(k) is not None),
                         requested.get("grad_accum_steps", 1))
     loss_scale = _mapping(trainer.get("loss_scale"))
+    schedule = _mapping(trainer.get("lr_schedule"))
+    start = _mapping(trainer.get("start_weights"))
     params: dict[str, Any] = {
         "model": trainer.get("model") or (config.get("model") or {}).get("name"),
+        "model_reason": trainer.get("model_reason"),
         "input_size": "x".join(str(v) for v in input_size) if input_size else None,
+        "input_size_reason": trainer.get("input_size_reason"),
+        "start_weights": start.get("source"),
+        "lr_schedule": schedule.get("schedule"),
+        "warmup_epochs": schedule.get("warmup_epochs"),
+        "label_smoothing": trainer.get("label_smoothing"),
         "channels": trainer.get("channels"),
         "precision": trainer.get("precision"),
         "precision_reason": trainer.get("precision_reason"),

@@ -61,14 +61,13 @@ class ModelSection(StrictSection):
     # After module_file: the check below reads it (pydantic validates fields in this order).
     params: dict[str, Any] = Field(default_factory=dict)
 
-    def resolved_task(self) -> str:
-        """The task of the model that trains: `task` for a module file, else the registry's
-        (classification for `auto`, whose choice between classifiers and unet3d is the
-        data's)."""
+    def resolved_task(self, data_kind: str = "images") -> str:
+        """The task of the model that trains: `task` for a module file, else the registry's;
+        for `auto`, the data's (`data_kind` "volumes": segmentation, else classification)."""
         if self.module_file:
             return self.task
         if self.name == AUTO:
-            return "classification"
+            return "segmentation" if data_kind == "volumes" else "classification"
         from models.registry import model_task  # deferred: imports TensorFlow
 
         return model_task(self.name)

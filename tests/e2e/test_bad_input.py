@@ -115,3 +115,26 @@ def test_unwritable_workspace_is_exit_2_naming_it(tmp_path):
     assert result.returncode == EXIT_USAGE
     assert _error_line(result.stderr) == (
         f"mptfx: error: workspace {workspace} is not writable: Permission denied")
+
+
+def test_imagenet_weights_without_a_network_stop_before_the_ingest(mptfx, tmp_path,
+                                                                  monkeypatch):
+    """`model.params.weights=imagenet` on a machine that has neither the file nor a network:
+    exit 2 before anything runs, one line naming the URL and where to place the file. The
+    network is made unreachable for Keras' download (urllib honours https_proxy), so the
+    result is the same on a machine that has one."""
+    monkeypatch.setenv("KERAS_HOME", str(tmp_path / "keras"))
+    monkeypatch.setenv("https_proxy", "http://127.0.0.1:9")
+    workspace = tmp_path / "ws"
+    result = mptfx("run", "--workspace", str(workspace),
+                   "--set", "model.name=mobilenet_v3_small",
+                   "--set", "model.params.weights=imagenet")
+    assert result.returncode == 2, result.stderr[-2000:]
+    errors = [line for line in result.stderr.splitlines() if line.startswith("mptfx: error:")]
+    assert len(errors) == 1, result.stderr[-2000:]
+    assert ("model.params.weights imagenet: cannot download https://storage.googleapis.com/"
+            "tensorflow/keras-applications/mobilenet_v3/") in errors[0]
+    cached = tmp_path / "keras" / "models" / \
+        "weights_mobilenet_v3_small_224_1.0_float_no_top_v2.h5"
+    assert f"place that file at {cached}" in errors[0]
+    assert not (workspace / "tfx").exists() and not list(workspace.rglob("Ingest"))
