@@ -85,6 +85,9 @@ class TrainerSection(_OpenSection):
     autotune_probe_seconds: float | None = None
     model_uri: str | None = None
     tensorboard_logs: str | None = None
+    # trainer.distill: the teacher, temperature, alpha, teacher vs student accuracy on the
+    # eval split, the teacher's SavedModel size and latency (components/trainer/distill_run.py)
+    distill: dict[str, Any] | None = None
 
 
 class EvalSection(_Section):

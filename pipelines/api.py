@@ -33,6 +33,7 @@ from components.redact import redact_text, redact_tree
 from components.run_summary import SUMMARY_FILE, RunSummary
 from pipelines.console import library_output_to, quiet_tensorflow
 from pipelines.data_source import resolve_data
+from pipelines.distill import check_teacher
 from pipelines.workspace import Workspace, new_run_id
 
 WORKSPACE_LOCK_FILE = "workspace.lock"
@@ -197,6 +198,7 @@ def _run(
     check_model_file(config, out)  # before anything runs: a bad model file costs seconds
     check_pretrained_weights(config)
     data = resolve_data(config, workspace, data_arg)
+    check_teacher(config, workspace, data, out)  # trainer.distill: before the Ingest too
     plan = planner(config, workspace, data) if planner else RunPlan()
     run_dir = workspace.run_dir(run_id)
     base = {

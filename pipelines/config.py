@@ -20,6 +20,7 @@ from pydantic import ValidationError
 from components.core.config import BUILTIN_DIGITS, BUILTIN_NAMES, Config, names_for_data
 from components.core.text import one_line
 from components.trainer.config import describe_validation_error, key_path
+from pipelines.distill import name_the_student
 
 DEFAULT_CONFIG_PATH = Path("configs/local.yaml")
 
@@ -61,7 +62,8 @@ def load_config(path: str | os.PathLike | None = None, overrides: list[str] = ()
 
     When neither names `pipeline.name` or `pusher.model_name` (absent or null), they are
     named after the data: `data` (the `--data` of a command), else `data.source`
-    (`names_for_data`; `config.named_after` records it).
+    (`names_for_data`; `config.named_after` records it). A distilled run's names get
+    `-student` (pipelines/distill.py `name_the_student`).
 
     Raises ConfigError with a one-line message naming the file or key.
     """
@@ -87,6 +89,7 @@ def load_config(path: str | os.PathLike | None = None, overrides: list[str] = ()
     for text in overrides:
         _apply_override(tree, *parse_override(text))
     named_after = _name_after_data(tree, data)
+    name_the_student(tree)  # trainer.distill: the student is published under its own name
     try:
         config = Config.model_validate(tree)
     except ValidationError as error:

@@ -25,6 +25,7 @@ from components.tflite.component import TFLiteExport
 from components.validation.gate import DataValidationGate
 from models import SEGMENTATION
 from models.user_module import stage_module_file
+from pipelines.distill import resolve_teacher
 from pipelines.spans import DataSelection
 from pipelines.workspace import Workspace
 
@@ -142,13 +143,16 @@ def trainer_custom_config(config: Config, pipeline_root: str) -> dict:
 
 def _trainer_custom_config(config: Config, workspace: Workspace) -> dict:
     """The Trainer's custom_config for a run in `workspace`: the model file staged in its
-    pipeline root, and the autotune cache in the workspace by default (the Trainer reads
-    nothing but its custom_config)."""
+    pipeline root, the autotune cache in the workspace by default, and a distillation
+    teacher's path (`champion` resolved; the Trainer reads nothing but its custom_config,
+    and TFX's cache retrains when the champion changes)."""
     custom_config = trainer_custom_config(config, str(workspace.pipeline_root(
         config.pipeline.name)))
     trainer = custom_config["trainer"]
     trainer["autotune_cache_dir"] = trainer["autotune_cache_dir"] or str(
         workspace.root / "autotune")
+    if config.trainer.distill.enabled:
+        trainer["distill"]["teacher"] = resolve_teacher(config, workspace)[0]
     return custom_config
 
 

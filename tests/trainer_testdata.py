@@ -6,7 +6,9 @@ kill and resume):
     python tests/unit/trainer_testdata.py SPEC.json
 
 SPEC: {"fn_args": {...FnArgs fields...}, "tf_config": {...} | null, "logical_cpus": int,
-"weights_out": path | null, "kill_after_epoch": int | null, "result_out": path | null}.
+"weights_out": path | null, "kill_after_epoch": int | null, "result_out": path | null},
+or {"distillation_steps": {...distillation_first_steps' arguments...}, "logical_cpus": int,
+"result_out": path}.
 """
 
 from __future__ import annotations
@@ -106,6 +108,57 @@ def train_mixed_serving(root: str, count: int = 300):
     return fn_args, module.train_and_export(fn_args), examples_uri
 
 
+def distillation_first_steps(examples_uri: str, teacher: str, cells: list[list[str]],
+                             global_batch: int = 32) -> list[dict]:
+    """One train step of a seed_cnn student (dropout off) distilled from the teacher at
+    `teacher`, from the same float32 weights on the same real batch, for each [policy,
+    strategy] cell ("one_device", or "mirrored" over every logical CPU), the teacher built
+    under the cell's policy too. Returns, per cell, the step's `distillation_loss`, `loss`,
+    `gradient_norm` (unscaled) and `step_skipped` as the train step reports them."""
+    import keras
+    import tensorflow as tf
+
+    from components.examples_format import TRAIN_SPLIT, split_dir
+    from components.trainer.build import build_training_model, compile_training_model
+    from components.trainer.config import LossScaleSection
+    from components.trainer.data import make_dataset
+    from components.trainer.distill import Distillation
+    from components.trainer.teacher import build_teacher, read_teacher
+
+    files = [os.path.join(split_dir(examples_uri, TRAIN_SPLIT), "*")]
+    images, labels = next(iter(make_dataset(files, (16, 16), 1, global_batch, shuffle=False,
+                                            seed=0, cache_max_mb=0)))
+    keras.mixed_precision.set_dtype_policy("float32")
+    keras.utils.set_random_seed(0)
+    start = build_training_model("seed_cnn", {"dropout": 0.0}, (16, 16, 1), 10,
+                                 "float32").get_weights()
+    source = read_teacher(teacher)
+    cpus = [device.name for device in tf.config.list_logical_devices("CPU")]
+    rows = []
+    for policy, strategy_name in cells:
+        strategy = (tf.distribute.MirroredStrategy(cpus) if strategy_name == "mirrored"
+                    else tf.distribute.OneDeviceStrategy(cpus[0]))
+        keras.mixed_precision.set_dtype_policy(policy)
+        with strategy.scope():
+            model = build_training_model("seed_cnn", {"dropout": 0.0}, (16, 16, 1), 10, policy)
+            model.set_weights(start)
+            built = build_teacher(source, policy, strategy)
+            model.distill_from(Distillation(built.predict, 4.0, 0.1, built.input_size,
+                                            built.channels))
+            compile_training_model(model, "classification", 1e-3, policy, LossScaleSection(),
+                                   grad_accum_steps=1, xla=False, label_smoothing=0.1)
+        dataset = tf.data.Dataset.from_tensors((images, labels))  # one step: its own values
+        history = model.fit(dataset, epochs=1, verbose=0).history
+        logs = {key: values[-1] for key, values in history.items()}
+        rows.append({"policy": policy, "strategy": strategy_name,
+                     "replicas": strategy.num_replicas_in_sync,
+                     "teacher_precision": built.precision,
+                     **{key: float(logs[key]) for key in (
+                         "distillation_loss", "loss", "gradient_norm", "step_skipped")}})
+        keras.mixed_precision.set_dtype_policy("float32")
+    return rows
+
+
 def _kill_after_epoch(epoch_number: int) -> None:
     """Makes the Trainer's BackupAndRestore SIGKILL this process right after it has saved
     epoch `epoch_number` (1-based): a preempted worker, at a known point."""
@@ -145,6 +198,10 @@ def _main(spec_path: str) -> None:
         _kill_after_epoch(int(spec["kill_after_epoch"]))
     from components.trainer import module
 
+    if spec.get("distillation_steps"):
+        with open(spec["result_out"], "w") as f:
+            json.dump(distillation_first_steps(**spec["distillation_steps"]), f)
+        return
     results = []
     for fields in spec["runs"]:
         result = module.train_and_export(make_fn_args(fields, light=True))

@@ -8,6 +8,7 @@ Metric names (step = Keras epoch index, 0-based like the TensorBoard logs):
     per epoch   loss, accuracy, val_loss, val_accuracy, images_per_sec, loss_scale, ...
     final       train/images_per_sec, eval/accuracy, eval/blessed, eval/recall_<class>,
                 tfma/<metric>, size/saved_model_bytes, tflite/<variant>_bytes|_agreement|...,
+                distill/teacher_accuracy|student_accuracy|teacher_latency_ms|...,
                 seconds/<Component>, seconds/train, seconds/wall, data/images, ...
 """
 
@@ -31,6 +32,11 @@ _MAX_TAG_LENGTH = 5000
 _VERSIONED_PACKAGES = {"tfx": "tfx", "tensorflow": "tensorflow", "mptfx": "mptfx",
                        "mlflow": "mlflow"}
 _TFLITE_FIELDS = ("bytes", "agreement", "accuracy", "accuracy_delta", "latency_ms")
+# trainer.distill (training_summary.json `distill`): settings as params, results as metrics.
+_DISTILL_PARAMS = ("teacher", "teacher_model", "temperature", "alpha", "teacher_precision")
+_DISTILL_METRICS = ("teacher_accuracy", "student_accuracy", "teacher_parameters",
+                    "student_parameters", "parameter_ratio", "teacher_saved_model_bytes",
+                    "teacher_latency_ms")
 
 
 def read_training_summary(summary: RunSummary) -> dict[str, Any]:
@@ -168,6 +174,8 @@ def run_params(summary: RunSummary, training: Mapping[str, Any]) -> dict[str, st
         "model_file": os.path.basename(trainer["model_file"]) if trainer.get("model_file")
         else None,
         "model_file_sha256": trainer.get("model_file_sha256"),
+        **{f"distill_{key}": value for key, value in _mapping(trainer.get("distill")).items()
+           if key in _DISTILL_PARAMS},
     }
     params.update(_flatten("config", config))
     return {key: _text(value, _MAX_PARAM_LENGTH) for key, value in params.items()
@@ -222,6 +230,9 @@ def final_metrics(summary: RunSummary, tfma_metrics: Mapping[str, float]) -> dic
         for field in _TFLITE_FIELDS:
             metrics[f"tflite/{variant}_{field}"] = fields.get(field)
         metrics[f"tflite/{variant}_published"] = 1.0 if info.published else 0.0
+    distill = _mapping(trainer.get("distill"))
+    for field in _DISTILL_METRICS:
+        metrics[f"distill/{field}"] = distill.get(field)
     version = summary.pushed_version
     if version is not None and str(version).isdigit():
         metrics["pushed/version"] = int(version)

@@ -73,6 +73,35 @@ def _metric_lines(summary: RunSummary) -> list[str]:
     return lines
 
 
+def _distillation_lines(summary: RunSummary, distill: Mapping[str, Any]) -> list[str]:
+    """Teacher and student side by side: the settings, accuracy on the same eval split,
+    and the student's TF Lite variants beside the teacher's SavedModel."""
+    lines = [
+        "",
+        "## Distillation",
+        f"- Teacher: `{distill.get('teacher')}` ({distill.get('teacher_model')}, "
+        f"{_fmt(distill.get('teacher_parameters'))} parameters, "
+        f"{distill.get('teacher_precision')}); the student has "
+        f"{_fmt(distill.get('student_parameters'))} parameters "
+        f"({_fmt(distill.get('parameter_ratio'), 3)} of the teacher's)",
+        f"- Temperature {_fmt(distill.get('temperature'))}, alpha "
+        f"{_fmt(distill.get('alpha'))} (the weight of the true labels)",
+        f"- Accuracy on the same {_fmt(distill.get('eval_examples'))} eval images: teacher "
+        f"**{_fmt(distill.get('teacher_accuracy'))}**, student "
+        f"**{_fmt(distill.get('student_accuracy'))}**",
+        "",
+        "| model | format | bytes | latency ms (one image) |",
+        "|---|---|---:|---:|",
+        f"| teacher | SavedModel | {_fmt(distill.get('teacher_saved_model_bytes'))} | "
+        f"{_fmt(distill.get('teacher_latency_ms'), 3)} |",
+    ]
+    for variant, info in summary.tflite.items():
+        if not isinstance(info, str):
+            lines.append(f"| student | TF Lite {variant} | {_fmt(info.bytes)} | "
+                         f"{_fmt(info.to_dict().get('latency_ms'), 3)} |")
+    return lines
+
+
 def render_model_card(summary: RunSummary, training: Mapping[str, Any]) -> str:
     """Markdown describing the model this run produced."""
     trainer = {**training, **summary.trainer.to_dict()}
@@ -101,6 +130,7 @@ def render_model_card(summary: RunSummary, training: Mapping[str, Any]) -> str:
         "",
         "## Metrics",
         *_metric_lines(summary),
+        *(_distillation_lines(summary, trainer["distill"]) if trainer.get("distill") else []),
         "",
         "## Lineage",
         f"- Pipeline `{summary.pipeline}`, TFX run `{summary.run_id}`, "

@@ -167,8 +167,10 @@ def measure_cells(
     settings: MeasureSettings,
     samples_per_step: Callable[[Cell], int],
     clock: Callable[[], float] = time.perf_counter,
+    inference: bool = False,
 ) -> list[dict[str, Any]]:
-    """Times one training step of each cell; returns one row per cell.
+    """Times one training step (`inference`: one prediction step) of each cell; returns
+    one row per cell.
 
     Args:
         cells: what to measure.
@@ -178,11 +180,14 @@ def measure_cells(
             distributed dataset of one repeated real batch).
         settings: warm-up and window lengths.
         samples_per_step: the global batch of a cell.
+        inference: time `model.predict_function` (a frozen teacher's step, which needs no
+            loss scaling under float16) instead of `model.train_function`.
 
     Returns:
         [{"precision", "xla", "batch_size", "images_per_sec", "step_ms", "window_rates",
         "first_step_seconds", "safe", "note"}] with `images_per_sec` None when unsafe.
     """
+    step = _predict_step if inference else _step
     probes = []
     for cell in cells:
         row: dict[str, Any] = {"precision": cell.precision, "xla": cell.xla,
@@ -190,15 +195,16 @@ def measure_cells(
                                "step_ms": None, "window_rates": [], "safe": True, "note": ""}
         try:
             model = build(cell)
-            if cell.precision == "mixed_float16" and not _loss_scaled(model.optimizer):
+            if cell.precision == "mixed_float16" and not inference and \
+                    not _loss_scaled(model.optimizer):
                 raise ValueError("float16 without loss scaling")
             iterator = batches(cell)
             started = clock()
-            loss = _step(model, iterator)
+            loss = step(model, iterator)
             row["first_step_seconds"] = clock() - started
             started = clock()
             for _ in range(settings.warmup_steps):
-                loss = _step(model, iterator)
+                loss = step(model, iterator)
             step_seconds = max((clock() - started) / max(1, settings.warmup_steps), 1e-6)
             if not math.isfinite(loss):
                 raise ValueError(f"non-finite loss {loss} in the warm-up steps")
@@ -213,7 +219,7 @@ def measure_cells(
                 continue
             started = clock()
             for _ in range(steps):
-                loss = _step(model, iterator)
+                loss = step(model, iterator)
             seconds = max(clock() - started, 1e-9)
             if not math.isfinite(loss):
                 row.update(safe=False, note=f"non-finite loss {loss} while timed")
@@ -269,6 +275,13 @@ def _step(model: Any, iterator: Iterator[Any]) -> float:
     return float(logs["loss"])  # waits for the device
 
 
+def _predict_step(model: Any, iterator: Iterator[Any]) -> float:
+    outputs = model.predict_function([next(iterator)])  # Keras' predict step takes batches
+    import numpy as np
+
+    return float(np.sum(np.asarray(outputs)))  # waits for the device; NaN stays NaN
+
+
 def _loss_scaled(optimizer: Any) -> bool:
     import keras
 
@@ -296,6 +309,8 @@ class TuningRequest:
         replicas: replicas in sync (global batch = per-replica x replicas).
         measure: False where every task must decide alike without talking (multi-worker):
             the static rules apply.
+        inference: the cells are a frozen model's prediction steps (a distillation
+            teacher's), not training steps.
     """
 
     autotune: str
@@ -311,6 +326,7 @@ class TuningRequest:
     replicas: int = 1
     measure: bool = True
     settings: MeasureSettings = MeasureSettings()
+    inference: bool = False
 
 
 def tune(request: TuningRequest, clock: Callable[[], float] = time.perf_counter
@@ -363,6 +379,7 @@ def tune(request: TuningRequest, clock: Callable[[], float] = time.perf_counter
         request.settings,
         lambda cell: batch_of[cell] * request.replicas,
         clock,
+        request.inference,
     )
     best = fastest_safe(rows)
     reason = describe_choice(rows, best)

@@ -29,6 +29,8 @@ from pydantic import (
 # Decoded examples are kept in memory when they take at most this much (trainer.cache_max_mb).
 DEFAULT_CACHE_MAX_MB = 1024
 AUTO = "auto"
+# trainer.distill.teacher: the champion of the teacher's model name.
+CHAMPION = "champion"
 SERVING_PRECISIONS = ("float32", "mixed")
 
 
@@ -189,6 +191,47 @@ class EarlyStoppingSection(StrictSection):
     min_delta: float = Field(0.0, ge=0)
 
 
+class DistillSection(StrictSection):
+    """Knowledge distillation (Hinton et al. 2015, as in Keras' "Knowledge Distillation"
+    example): the model learns from a frozen teacher's softened predictions as well as
+    from the labels (components/trainer/distill.py)."""
+
+    # "" = off. champion: the champion of teacher_model_name (the stable version in its
+    # serving folder, else its MLflow alias); or the path of a SavedModel mptfx exported
+    # (a served version folder, a Model artifact's Format-Serving) or of a Keras weights
+    # file mptfx wrote (Format-Keras/model.weights.h5, its model.json beside it).
+    teacher: str = ""
+    # Whose champion teaches; "" = pusher.model_name. When the student would be published
+    # under the teacher's name, it is published as <name>-student in pipeline
+    # <pipeline.name>-student instead (pipelines/config.py), so the teacher keeps serving.
+    teacher_model_name: str = Field("", pattern=r"^$|^[A-Za-z0-9]([A-Za-z0-9_.-]{0,61}"
+                                    r"[A-Za-z0-9])?$")
+    # The softmax temperature T of both models' predictions (log-probabilities / T); the
+    # distillation term is scaled by T^2 so its gradients keep their size as T changes.
+    temperature: float = Field(4.0, gt=0)
+    # The weight of the true labels' loss; 1 - alpha weighs the teacher's.
+    alpha: float = Field(0.1, ge=0, le=1)
+    # The teacher's compute precision: auto = as trainer.precision auto (measured with
+    # trainer.autotune on); a saved graph keeps the precision it was exported in.
+    precision: Literal["auto", "float32", "mixed_float16", "mixed_bfloat16"] = AUTO
+
+    @property
+    def enabled(self) -> bool:
+        """Whether the run distills (a teacher is named)."""
+        return bool(self.teacher)
+
+    @field_validator("teacher")
+    @classmethod
+    def _absolute_path(cls, teacher: str) -> str:
+        # A path is made absolute so that the Trainer reads the same file whatever its
+        # working directory; whether it exists is checked before the Ingest.
+        import os
+
+        if teacher in ("", CHAMPION) or "://" in teacher:
+            return teacher
+        return os.path.abspath(os.path.expanduser(teacher))
+
+
 class TrainerSection(StrictSection):
     epochs: int = Field(15, ge=1)
     # Per replica; "auto" = the largest that fits (see batch_memory_mb, batch_lr_scaling).
@@ -245,6 +288,8 @@ class TrainerSection(StrictSection):
     label_smoothing: float = Field(0.1, ge=0, lt=1)
     # Stop when the eval loss stops improving; the best epoch's weights are exported.
     early_stopping: EarlyStoppingSection = Field(default_factory=EarlyStoppingSection)
+    # Learn from a teacher model's predictions too (see DistillSection).
+    distill: DistillSection = Field(default_factory=DistillSection)
 
     @field_validator("fine_tune")
     @classmethod

@@ -36,6 +36,7 @@ from components.trainer.callbacks import (
     TrainingStatsCallback,
 )
 from components.trainer.config import TrainerSection
+from components.trainer.distill import Distillation
 from components.trainer.fine_tune import (
     FineTuneCallback,
     backbone_blocks,
@@ -110,10 +111,12 @@ def fit_model(
     tf_config: Mapping[str, Any],
     probed_model: keras.Model | None = None,
     extra_callbacks: Sequence[keras.callbacks.Callback] = (),
+    distillation: Distillation | None = None,
 ) -> FitResult:
     """Builds (or reuses the autotune probe's `probed_model`), loads `model.params.weights`,
     warm-starts, freezes the backbone (`trainer.fine_tune`), compiles with the recipe and
-    trains the model; TensorBoard logs go to `<model_run_dir>/logs`.
+    trains the model, from `distillation`'s teacher too when given; TensorBoard logs go to
+    `<model_run_dir>/logs`.
 
     Raises:
         MixedPrecisionLintError: the model is unsafe under the resolved precision.
@@ -148,7 +151,7 @@ def fit_model(
     try:
         with runtime.strategy.scope():
             prepared = _prepare_model(fn_args, trainer, runtime, task, probed_model, plan,
-                                      train_dataset.element_spec)
+                                      train_dataset.element_spec, distillation)
         model = prepared.model
         callbacks = [*([prepared.fine_tune] if prepared.fine_tune else []),
             throughput,
@@ -196,9 +199,10 @@ def fit_model(
 def _prepare_model(
     fn_args: tfx.components.FnArgs, trainer: TrainerSection, runtime: Runtime, task: Task,
     probed_model: keras.Model | None, plan: LearningRatePlan, data_spec: object,
+    distillation: Distillation | None = None,
 ) -> _Prepared:
     """In the strategy's scope, under the training policy: the model, its starting weights,
-    the frozen backbone and the compile with the recipe."""
+    the frozen backbone, the teacher and the compile with the recipe."""
 
     def recompile(factor: float, start_epoch: int, loss_scale: float | None) -> None:
         # Under the training policy and in the strategy's scope (here, or the fine-tune
@@ -233,6 +237,8 @@ def _prepare_model(
     if fine_tune_plan.frozen_epochs:
         head = freeze_backbone(model, head_names)
         fine_tune = FineTuneCallback(fine_tune_plan, head, recompile, plan.peak, data_spec)
+    if distillation is not None:
+        model.distill_from(distillation)  # before the compile that traces the train step
     recompile(1.0, 0, None)
     record = {"frozen_epochs": fine_tune_plan.frozen_epochs,
               "unfreeze": fine_tune_plan.unfreeze,

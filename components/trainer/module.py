@@ -34,9 +34,11 @@ from components import pod_env
 from components.trainer import export as export_lib
 from components.trainer.build import build_training_model, compile_training_model
 from components.trainer.config import TrainerConfig
+from components.trainer.distill_run import PreparedTeacher, prepare_distillation
 from components.trainer.fit import LOG_DIR, FitResult, backup_dir_for, fit_model
 from components.trainer.runtime import Runtime, Task, resolve_runtime, resolve_task
 from components.trainer.summary import SUMMARY_FILE, TrainingSummary
+from components.trainer.teacher import describe_model, write_model_description
 from components.trainer.tuning import tune_runtime
 from components.trainer.warm_start import save_keras_weights, weights_checksum
 
@@ -102,17 +104,19 @@ def train_and_export(fn_args: tfx.components.FnArgs) -> TrainingResult:
     started = time.perf_counter()
     config = TrainerConfig.from_custom_config(fn_args.custom_config)
     tf_config = pod_env.read_tf_config()
-    runtime, task, tuning, probed_model = _resolve(config, fn_args, tf_config)
+    runtime, task, tuning, probed_model, teacher = _resolve(config, fn_args, tf_config)
     chief = pod_env.is_chief(tf_config)
     outputs = _Outputs.for_task(fn_args, chief, pod_env.task_name(tf_config))
     fitted = fit_model(fn_args, config.trainer, runtime, task, outputs.model_run_dir, tf_config,
-                       probed_model)
+                       probed_model, distillation=teacher.distillation if teacher else None)
+    distill_record = teacher.record(fitted.model, task, fn_args.eval_files) if teacher else None
+    fitted.model.distillation = None  # the teacher is not part of what is exported
     final_weights_checksum = _export(fitted, task, outputs.serving_model_dir,
-                                     config.export.serving_precision)
+                                     config.export.serving_precision, config, runtime.policy)
     if chief and task.is_classification:
         _write_monitoring_reference(fn_args, task, outputs.serving_model_dir)
     summary = TrainingSummary.of(config, runtime, task, fitted, tuning, final_weights_checksum,
-                                 tf_config)
+                                 tf_config, distill_record)
     summary.write(outputs.model_run_dir)
     outputs.remove_scratch()
     logging.info(
@@ -131,26 +135,31 @@ def train_and_export(fn_args: tfx.components.FnArgs) -> TrainingResult:
 
 def _resolve(
     config: TrainerConfig, fn_args: tfx.components.FnArgs, tf_config: dict
-) -> tuple[Runtime, Task, dict, keras.Model | None]:
+) -> tuple[Runtime, Task, dict, keras.Model | None, PreparedTeacher | None]:
     """The resolve step: strategy, precision and XLA, the task from the train split, then
-    the measured choices (autotune, batch_size auto)."""
+    the measured choices (autotune, batch_size auto), then the teacher (trainer.distill)."""
     runtime = resolve_runtime(config.trainer, tf_config)  # the strategy before any TF op
     keras.utils.set_random_seed(config.trainer.seed)
     task = resolve_task(config.model, config.data, fn_args.train_files)
     runtime, tuning, probed_model = tune_runtime(runtime, config.trainer, task,
                                                  fn_args.train_files)
-    keras.utils.set_random_seed(config.trainer.seed)  # the probe's models drew from them too
-    return runtime, task, tuning, probed_model
+    teacher = (prepare_distillation(config.trainer, runtime, task, fn_args.train_files)
+               if config.trainer.distill.enabled else None)
+    # The probe's and the teacher's models drew from them too: the student starts from the
+    # same weights with and without a teacher.
+    keras.utils.set_random_seed(config.trainer.seed)
+    return runtime, task, tuning, probed_model, teacher
 
 
 def _export(fitted: FitResult, task: Task, serving_model_dir: str,
-            serving_precision: str) -> str:
+            serving_precision: str, config: TrainerConfig, policy: str) -> str:
     """The export step: the Keras weights (float32) and the serving SavedModel (and, for
-    `mixed`, its float32 rebuild beside it); returns the exported weights' checksum."""
+    `mixed`, its float32 rebuild beside it), each with the model's description (a later run
+    can distill from it, teacher.py); returns the exported weights' checksum."""
     float_model = export_lib.rebuild_in_float32(
         fitted.model, task.model_name, task.model_params, task.input_shape, task.num_classes
     )
-    save_keras_weights(float_model, serving_model_dir)
+    weights = save_keras_weights(float_model, serving_model_dir)
     export_lib.export_serving_model(
         fitted.model,
         task.model_name,
@@ -161,6 +170,10 @@ def _export(fitted: FitResult, task: Task, serving_model_dir: str,
         serving_model_dir,
         serving_precision,
     )
+    if task.is_classification:
+        write_model_description(serving_model_dir, describe_model(
+            task.model_name, task.model_params, task.input_shape, task.label_names, policy,
+            weights, config.model.model_dump()))
     return weights_checksum(float_model)
 
 

@@ -86,6 +86,7 @@ class TrainingSummary:
     label_smoothing: float
     fine_tune: dict[str, Any] | None
     early_stopping: dict[str, Any] | None
+    distill: dict[str, Any] | None  # trainer.distill: teacher, settings, teacher vs student
     metric: str  # "accuracy" or "dice"
     final_metric: float | None
 
@@ -99,8 +100,9 @@ class TrainingSummary:
         tuning: Mapping[str, Any],
         final_weights_checksum: str,
         tf_config: Mapping[str, Any],
+        distill: Mapping[str, Any] | None = None,
     ) -> TrainingSummary:
-        """The summary of a finished training."""
+        """The summary of a finished training (`distill`: distill_run's record, or None)."""
         trainer, model = config.trainer, config.model
         history = fitted.history
         return cls(
@@ -154,6 +156,7 @@ class TrainingSummary:
             label_smoothing=trainer.label_smoothing if task.is_classification else 0.0,
             fine_tune=fitted.fine_tune,
             early_stopping=fitted.early_stopping,
+            distill=dict(distill) if distill else None,
             metric=task.metric,
             final_metric=_final_metric(history, task.metric, fitted.early_stopping),
         )

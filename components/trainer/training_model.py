@@ -10,7 +10,9 @@ plus:
   norm of its own batch, averaged;
 - `step_loss`: this step's own loss (the `loss` in logs is the running epoch mean, which one
   NaN poisons for the rest of the epoch);
-- `step_skipped`: 1.0 when dynamic loss scaling skipped this step (inf/NaN gradients).
+- `step_skipped`: 1.0 when dynamic loss scaling skipped this step (inf/NaN gradients);
+- `distillation_loss` (with a teacher, `distill_from`): the teacher term of the loss, the
+  teacher's predictions computed before the gradient tape (components/trainer/distill.py).
 
 `step_loss` and `step_skipped` are per-batch signals for `DivergenceGuard`; the callbacks
 remove them from the epoch logs.
@@ -26,6 +28,7 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
+from components.trainer.distill import DISTILLATION_LOSS, Distillation
 from components.trainer.keras_private import LocalBatchSymbolicBuild
 from components.trainer.optimizer import skips_nonfinite_steps
 
@@ -45,20 +48,37 @@ class TrainingModel(LocalBatchSymbolicBuild, keras.Model):
     def __init__(self, *args: object, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)
         self.gradient_norm_tracker = keras.metrics.Mean(name=GRADIENT_NORM)
+        # A plain object: Keras tracks layers, not this, so the teacher's weights never
+        # join the student's (weights, checkpoints, exports).
+        self.distillation: Distillation | None = None
 
     @classmethod
     def wrap(cls, model: keras.Model) -> TrainingModel:
         """A `TrainingModel` over the layers of the functional `model` (shared, not copied)."""
         return cls(inputs=model.inputs, outputs=model.outputs, name=model.name)
 
+    def distill_from(self, distillation: Distillation) -> None:
+        """Trains on `distillation`'s loss from now on; call in the strategy's scope before
+        the first fit (the train step is traced with it)."""
+        self.distillation = distillation
+        self.distillation_loss_tracker = keras.metrics.Mean(name=DISTILLATION_LOSS)
+
     def train_step(self, data: object) -> dict[str, tf.Tensor]:
         """One optimizer step on a batch; returns the metrics plus the per-step signals."""
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
         batch_size = tf.shape(tf.nest.flatten(x)[0])[0]
+        distillation = self.distillation
+        # Outside the tape: nothing of the frozen teacher is recorded for gradients.
+        teacher = distillation.teacher_probabilities(x) if distillation else None
         with tf.GradientTape() as tape:
             y_pred = self(x, training=True)
             # Already divided by the replica count, so gradients all-reduce to the mean.
             loss = self.compute_loss(x, y, y_pred, sample_weight, training=True)
+            if distillation is not None:
+                loss, distilled = distillation.total_loss(loss, teacher, y_pred)
+                self.distillation_loss_tracker.update_state(
+                    distilled * tf.cast(tf.distribute.get_strategy().num_replicas_in_sync,
+                                        tf.float32), sample_weight=batch_size)
             step_loss = loss * tf.cast(
                 tf.distribute.get_strategy().num_replicas_in_sync, loss.dtype
             )
@@ -104,6 +124,7 @@ class TrainingModel(LocalBatchSymbolicBuild, keras.Model):
         """Keras' evaluation step, without the train-only gradient norm."""
         results = super().test_step(data)
         results.pop(GRADIENT_NORM, None)
+        results.pop(DISTILLATION_LOSS, None)  # eval loss: the labels' alone
         return _reducible_across_workers(results)
 
 

@@ -1,12 +1,15 @@
 """Measured choices before training: `trainer.autotune` (autotune.py) and `trainer.batch_size:
-auto` (batch_size.py) replace the static rules' precision, XLA and batch with measured ones.
+auto` (batch_size.py) replace the static rules' precision, XLA and batch with measured ones;
+a distillation teacher's precision (`trainer.distill.precision`) is decided the same way.
 
     runtime, record, reusable_model = tune_runtime(runtime, config.trainer, task, train_files)
+    record = tune_teacher_precision("auto", config.trainer, runtime, build, images, identity)
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import keras
@@ -18,7 +21,7 @@ from components.trainer import batch_size as batch_lib
 from components.trainer import data as data_lib
 from components.trainer.build import build_training_model, compile_training_model
 from components.trainer.config import TrainerSection
-from components.trainer.precision import describe_devices
+from components.trainer.precision import describe_devices, resolve_precision_policy
 from components.trainer.runtime import Runtime, Task
 from models import build_model
 
@@ -55,7 +58,7 @@ def tune_runtime(
         return model
 
     def batches(cell: autotune_lib.Cell, batch: int):
-        images, labels = _real_batch(train_files, task, batch * runtime.replicas)
+        images, labels = real_batch(train_files, task, batch * runtime.replicas)
         # unbatch/batch: the element spec of the training dataset (batch dimension None),
         # so fit reuses the winner's traced train step instead of tracing it again.
         dataset = tf.data.Dataset.from_tensors((images, labels)).repeat().unbatch().batch(
@@ -148,7 +151,7 @@ def tune_runtime(
     return tuned, tuning, reusable
 
 
-def _real_batch(train_files: list[str], task: Task, size: int) -> tuple[tf.Tensor, tf.Tensor]:
+def real_batch(train_files: list[str], task: Task, size: int) -> tuple[tf.Tensor, tf.Tensor]:
     """The first `size` train examples (repeated when the split is smaller), decoded like
     training decodes them: the same data for every cell the probe times."""
     make = data_lib.make_dataset if task.is_classification else data_lib.make_volume_dataset
@@ -156,3 +159,49 @@ def _real_batch(train_files: list[str], task: Task, size: int) -> tuple[tf.Tenso
     dataset = make(train_files, shape, task.channels, size, shuffle=False, seed=0,
                    repeat=True, cache_max_mb=0)
     return next(iter(dataset))
+
+
+def tune_teacher_precision(
+    setting: str, trainer: TrainerSection, runtime: Runtime,
+    build: Callable[[str], keras.Model], images: tf.Tensor, identity: Mapping[str, Any],
+) -> dict[str, Any]:
+    """`trainer.distill.precision`: the teacher's compute precision, decided like the
+    student's. `auto` with `trainer.autotune: on` times the frozen teacher's prediction
+    step on a real batch (`images`, the student's batch adapted to the teacher) under each
+    plausible precision, with the student's XLA setting and batch (the teacher runs inside
+    the student's train step), cached under `identity`; otherwise the static rules.
+
+    Args:
+        build: the frozen teacher under a dtype policy, in the strategy's scope.
+
+    Returns the autotune record (`choice["precision"]`, `reason`, `status`, `table`).
+    """
+    devices = describe_devices()
+    policy, reason = resolve_precision_policy(setting, devices, trainer.prefer_bfloat16)
+    batch = runtime.global_batch_size // runtime.replicas
+
+    def build_cell(cell: autotune_lib.Cell, _batch: int) -> keras.Model:
+        model = build(cell.precision)
+        model.jit_compile = cell.xla
+        model.make_predict_function()
+        return model
+
+    def batches(_cell: autotune_lib.Cell, _batch: int):
+        dataset = tf.data.Dataset.from_tensors(images).repeat().unbatch().batch(
+            runtime.global_batch_size)
+        return iter(runtime.strategy.experimental_distribute_dataset(dataset))
+
+    previous_policy = keras.mixed_precision.global_policy()
+    try:
+        return autotune_lib.tune(autotune_lib.TuningRequest(
+            autotune=trainer.autotune, precision=setting, xla=runtime.xla, devices=devices,
+            static=(policy, f"teacher: {reason}", runtime.xla, runtime.xla_reason),
+            identity={"tensorflow": tf.__version__, "teacher": dict(identity),
+                      "strategy": runtime.strategy_name, "replicas": runtime.replicas,
+                      "precision": setting, "xla": runtime.xla, "batch_size": batch},
+            cache_dir=trainer.autotune_cache_dir, build=build_cell, batches=batches,
+            batch_for=lambda _precision: batch, replicas=runtime.replicas,
+            measure=not runtime.multi_worker, inference=True,
+        ))
+    finally:
+        keras.mixed_precision.set_dtype_policy(previous_policy)

@@ -106,17 +106,18 @@ def load_weights_file(
     model_params: Mapping[str, object],
     input_shape: tuple[int, ...],
     num_classes: int,
+    key: str = "model.params.weights",
 ) -> str:
-    """Loads the Keras weights file `path` (`model.params.weights`) into `model`.
+    """Loads the Keras weights file `path` (`model.params.weights`, or the config `key`
+    that named it) into `model`.
 
     The file is read into a float32 build of the same model (as `model.save_weights` of a
     model built like this one writes it, e.g. an earlier run's Format-Keras file), then
     copied over, so it loads under any dtype policy and distribution strategy.
 
     Raises:
-        ValueError: one line naming `model.params.weights`, the file and what differs.
+        ValueError: one line naming the key, the file and what differs.
     """
-    key = "model.params.weights"
     if not tf.io.gfile.exists(path):
         raise ValueError(f"{key}: no such file {path}")
     twin = build_in_float32(model_name, model_params, input_shape, num_classes)
@@ -132,7 +133,7 @@ def load_weights_file(
         [np.asarray(w, dtype=v.dtype) for w, v in zip(twin.get_weights(), model.weights,
                                                      strict=True)]
     )
-    logging.info("Trainer: starting from the weights in %s (%s)", path, key)
+    logging.info("Trainer: loaded the weights in %s (%s)", path, key)
     return path
 
 

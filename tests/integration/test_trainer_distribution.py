@@ -1,8 +1,9 @@
 """The Trainer under tf.distribute, gradient accumulation, and resuming after a kill.
 
-Real TensorFlow in real processes: MirroredStrategy over two logical CPU devices, two
-MultiWorkerMirroredStrategy workers talking gRPC on 127.0.0.1, and a training process
-killed with SIGKILL after its first epoch. Worker processes run
+Real TensorFlow in real processes: MirroredStrategy over two logical CPU devices (with a
+distillation teacher under mixed precision too), two MultiWorkerMirroredStrategy workers
+talking gRPC on 127.0.0.1, and a training process killed with SIGKILL after its first
+epoch. Worker processes run
 `tests/trainer_testdata.py SPEC.json` (the Trainer's `train_and_export`).
 """
 
@@ -23,7 +24,7 @@ import tensorflow as tf
 from components.trainer import module
 from components.trainer.config import LossScaleSection
 from tests.ports import free_port
-from tests.trainer_testdata import fn_args_dict, write_digits_examples
+from tests.trainer_testdata import fn_args_dict, make_fn_args, write_digits_examples
 
 REPO = Path(__file__).resolve().parents[2]
 WORKER = Path(__file__).resolve().parents[1] / "trainer_testdata.py"
@@ -161,6 +162,46 @@ def test_a_training_killed_after_epoch_1_resumes_at_epoch_2(examples_uri, tmp_pa
     assert summary["history"]["loss"][2] < summary["history"]["loss"][0]
     # A finished training leaves no backup behind.
     assert not list((tmp_path / "backup").glob("*/*/latest.weights.h5"))
+
+
+# The dtype's machine epsilon: float16 keeps 11 bits of significand, bfloat16 8.
+DTYPE_EPSILON = {"mixed_float16": float(np.finfo(np.float16).eps), "mixed_bfloat16": 2.0 ** -7}
+
+
+def test_distillation_loss_under_mixed_precision_and_mirrored_matches_float32(
+    examples_uri, tmp_path
+):
+    """One train step of a distilled student from the same weights on the same real batch,
+    teacher and student in the cell's precision: under mixed_float16 (loss-scaled) and
+    mixed_bfloat16 with MirroredStrategy over two logical CPUs, the distillation loss, the
+    whole loss and the unscaled gradient norm match the float32 step within the dtype's
+    epsilon (relative); float32 over two replicas matches one device."""
+    # A teacher that has learnt something: its predictions are far from uniform.
+    teacher_args = fn_args_dict(examples_uri, str(tmp_path / "teacher"), input_size=(16, 16),
+                                epochs=8, learning_rate=0.003, autotune="off")
+    teacher = module.train_and_export(make_fn_args(teacher_args, light=True))
+    cells = [["float32", "one_device"], ["float32", "mirrored"],
+             ["mixed_float16", "mirrored"], ["mixed_bfloat16", "mirrored"]]
+    spec = {"logical_cpus": 2, "result_out": str(tmp_path / "steps.json"),
+            "distillation_steps": {"examples_uri": examples_uri, "cells": cells,
+                                   "teacher": teacher.serving_model_dir}}
+    process = _start_worker(spec, tmp_path, "distill")
+    assert _wait(process, tmp_path, "distill") == 0, _log_tail(tmp_path, "distill")
+
+    rows = {(r["policy"], r["strategy"]): r
+            for r in json.loads((tmp_path / "steps.json").read_text())}
+    reference, mirrored = rows["float32", "one_device"], rows["float32", "mirrored"]
+    assert teacher.summary.final_metric > 0.5
+    assert mirrored["replicas"] == 2 and reference["distillation_loss"] > 0.05
+    for key in ("distillation_loss", "loss"):  # the replicas' terms add up to one device's
+        assert mirrored[key] == pytest.approx(reference[key], rel=1e-5)
+    for policy, epsilon in DTYPE_EPSILON.items():
+        row = rows[policy, "mirrored"]
+        assert row["teacher_precision"] == policy and row["step_skipped"] == 0.0
+        for key in ("distillation_loss", "loss"):
+            assert row[key] == pytest.approx(reference[key], rel=epsilon), (policy, key)
+        # Each replica's norm of its own half-batch (training_model.py), as in float32.
+        assert row["gradient_norm"] == pytest.approx(mirrored["gradient_norm"], rel=epsilon)
 
 
 def _seed_cnn(grad_accum_steps: int) -> keras.Model:
