@@ -98,8 +98,9 @@ def _registry_champion(config: Config, workspace: Any, name: str) -> str | None:
 
     store = store_lib.resolve_store(config.tracking, config.pipeline.name, name,
                                     workspace.root)
-    if store.is_fallback:
-        return None
+    local = store.uri.removeprefix("sqlite:///") if store.uri.startswith("sqlite:///") else ""
+    if store.is_fallback or (local and not os.path.exists(local)):
+        return None  # no store to ask (and none is created by asking)
     client = store_lib.mlflow_client(store.uri)
     version = current_aliases(client, name).get(CHAMPION)
     if version is None:

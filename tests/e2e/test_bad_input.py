@@ -138,3 +138,40 @@ def test_imagenet_weights_without_a_network_stop_before_the_ingest(mptfx, tmp_pa
         "weights_mobilenet_v3_small_224_1.0_float_no_top_v2.h5"
     assert f"place that file at {cached}" in errors[0]
     assert not (workspace / "tfx").exists() and not list(workspace.rglob("Ingest"))
+
+
+def test_a_missing_teacher_stops_before_the_ingest(mptfx, tmp_path):
+    workspace, gone = tmp_path / "ws", tmp_path / "gone" / "model.weights.h5"
+    result = mptfx("run", "--workspace", str(workspace),
+                   "--set", f"trainer.distill.teacher={gone}")
+    assert result.returncode == EXIT_USAGE, result.stderr[-2000:]
+    assert _error_line(result.stderr) == (
+        f"mptfx: error: trainer.distill.teacher: no such file or folder {gone}")
+    assert not list(workspace.rglob("Ingest"))
+
+
+def test_a_teacher_of_other_classes_stops_before_the_ingest(mptfx, tmp_path):
+    """A real two-class teacher (a seed_cnn's float32 weights and the description mptfx
+    writes beside them) for the ten digits: exit 2 naming both class lists."""
+    import keras
+
+    from components.trainer.teacher import describe_model, write_model_description
+    from models import build_model
+
+    keras.mixed_precision.set_dtype_policy("float32")
+    model = build_model("seed_cnn", (16, 16, 1), 2)
+    serving = tmp_path / "teacher" / "Format-Serving"
+    weights = tmp_path / "teacher" / "Format-Keras" / "model.weights.h5"
+    weights.parent.mkdir(parents=True)
+    model.save_weights(str(weights))
+    write_model_description(str(serving), describe_model(
+        "seed_cnn", {}, (16, 16, 1), ["cat", "dog"], "float32", str(weights), {}))
+    workspace = tmp_path / "ws"
+    result = mptfx("run", "--workspace", str(workspace),
+                   "--set", f"trainer.distill.teacher={weights}")
+    assert result.returncode == EXIT_USAGE, result.stderr[-2000:]
+    line = _error_line(result.stderr)
+    assert line.startswith(f"mptfx: error: trainer.distill.teacher {weights} predicts other "
+                           "classes than the data")
+    assert "the teacher's [cat, dog], the data's [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]" in line
+    assert not list(workspace.rglob("Ingest"))
