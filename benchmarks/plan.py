@@ -21,6 +21,7 @@ SECTIONS = (
     "input_pipeline",
     "data_scale",
     "photo_quality",
+    "distillation",
 )
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
 REFERENCE_PRECISION = "float32"
@@ -31,6 +32,9 @@ SEED_MODEL = "seed_cnn"
 # The largest-batch search skips a precision that trains this much slower than float32:
 # its probes would take minutes each (float16 on a CPU without float16 arithmetic).
 MIN_SPEEDUP_FOR_BATCH_SEARCH = 0.1
+# distillation: the students' and the ResNet-50 teacher's epochs on the digits.
+DISTILL_EPOCHS = 15
+DISTILL_TEACHER_EPOCHS = 15
 
 
 # Typical --quick durations on the 2-core CI machine under load: what the sections before
@@ -41,6 +45,7 @@ SECTION_SECONDS = {
     "input_pipeline": 60.0,
     "data_scale": 300.0,
     "photo_quality": 300.0,
+    "distillation": 420.0,
 }
 
 
@@ -70,6 +75,11 @@ class Preset:
     data_scale_input_seconds: float
     # photo_quality: training photos per class (8 classes; issue 34's comparison: 250).
     photo_quality_per_class: int
+    # distillation: the seeds of the student pairs (alone, distilled) and the epochs of the
+    # students and of the ResNet-50 teacher.
+    distill_seeds: tuple[int, ...]
+    distill_epochs: int
+    distill_teacher_epochs: int
     pipeline_timeout_seconds: float
     profile_steps: int
     # Seconds the run aims to end within (0: no aim). Every selected section runs; the
@@ -100,6 +110,9 @@ QUICK = Preset(
     data_scale_photos=200,
     data_scale_input_seconds=4.0,
     photo_quality_per_class=100,
+    distill_seeds=(1,),
+    distill_epochs=DISTILL_EPOCHS,
+    distill_teacher_epochs=DISTILL_TEACHER_EPOCHS,
     pipeline_timeout_seconds=600.0,
     profile_steps=10,
     time_budget_seconds=13 * 60,
@@ -124,6 +137,9 @@ FULL = Preset(
     data_scale_photos=2000,
     data_scale_input_seconds=15.0,
     photo_quality_per_class=250,
+    distill_seeds=(1, 2, 3),
+    distill_epochs=DISTILL_EPOCHS,
+    distill_teacher_epochs=DISTILL_TEACHER_EPOCHS,
     pipeline_timeout_seconds=1800.0,
     profile_steps=20,
     time_budget_seconds=0,

@@ -1,6 +1,6 @@
 """The sections of `mptfx bench`, one module each, in the order they run and results.md
 shows them: what a user needs to choose a training setup on this machine (precision, XLA,
-batch size, input pipeline, photo-scale data, the photo model's quality).
+batch size, input pipeline, photo-scale data, the photo model's quality, distillation).
 
 Each module has a `SECTION` (a `base.Section`): the worker tasks it starts (a frozen
 parameters dataclass and a measure each, `tasks.Task`), its run step, its table and its
@@ -21,6 +21,7 @@ from benchmarks.sections import (
     auto_check,
     data,
     data_scale,
+    distillation,
     host,
     input_pipeline,
     largest_batch,
@@ -38,6 +39,7 @@ SECTIONS: tuple[Section, ...] = (
     input_pipeline.SECTION,
     data_scale.SECTION,
     photo_quality.SECTION,
+    distillation.SECTION,
 )
 
 BENCH = Suite("mptfx bench", SECTIONS, "benchmarks.worker", SECTION_SECONDS)

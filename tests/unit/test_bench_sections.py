@@ -135,6 +135,18 @@ SAMPLES = {
         "### Photo quality (2,000 JPEG photos of 224×224 in 8 classes",
         "Photo quality: held-out accuracy 0.9900 (mptfx default) vs 0.9790 (tutorial) "
         "(target: at least the tutorial's): PASS."),
+    "distillation": ({"distillation": {
+        "status": "ok", "epochs": 15, "seeds": [1, 2, 3],
+        "teacher": {"eval_accuracy": 0.97, "seconds": 300.0, "trainer_seconds": 200.0},
+        "alone": [{"seed": s, "eval_accuracy": a, "seconds": 90.0, "trainer_seconds": 30.0}
+                  for s, a in ((1, 0.98), (2, 0.975), (3, 0.97))],
+        "distilled": [{"seed": s, "eval_accuracy": a, "seconds": 95.0, "trainer_seconds": 35.0,
+                       "distill": {"teacher_parameters": 23_500_000,
+                                   "student_parameters": 151_306}}
+                      for s, a in ((1, 0.985), (2, 0.98), (3, 0.975))]}},
+        "### Distillation (the digits: a resnet50 champion, seed_cnn alone vs distilled",
+        "Distillation: distilled seed_cnn 0.9800 vs alone 0.9750 (mean eval accuracy over 3 "
+        "seed(s)) (target: at least alone): PASS."),
     "overhead": ({"overhead": {
         "status": "ok", "model": "seed_cnn", "input_size": [16, 16], "batch_size": 32,
         "precision": "float32", "xla": False, "epochs": 4, "rounds": 1, "train_examples": 5748,

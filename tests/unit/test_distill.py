@@ -247,3 +247,11 @@ def test_a_teacher_trained_in_the_students_own_pipeline_is_refused(examples_uri,
     digits = _class_folders(tmp_path / "digits", [str(d) for d in range(10)])
     with pytest.raises(UsageError, match="was trained in pipeline edge, the student's"):
         check_teacher(config, workspace, digits, io.StringIO())
+
+
+def test_a_student_named_as_its_teacher_is_refused(teacher, tmp_path):
+    config = load_config(REPO / "configs" / "local.yaml", ["trainer.distill.teacher=champion"])
+    config.pusher.model_name = "digits"  # a Config changed in Python after load_config
+    digits = _class_folders(tmp_path / "digits", [str(d) for d in range(10)])
+    with pytest.raises(UsageError, match="would be published as digits, the teacher's name"):
+        check_teacher(config, Workspace(tmp_path / "ws"), digits, io.StringIO())
