@@ -20,12 +20,9 @@ weights and the data order), one pair per seed. A student's accuracy is the Eval
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-import time
 from typing import Any
+
+from benchmarks.mptfx_runs import run_json
 
 ALONE = ["--set", "pipeline.name=mptfx-digits-alone", "--set", "pusher.model_name=digits-alone"]
 DISTILLED = ["--set", "trainer.distill.teacher=champion"]
@@ -34,15 +31,7 @@ DISTILLED = ["--set", "trainer.distill.teacher=champion"]
 def run_digits(workspace: str, args: list[str]) -> dict[str, Any]:
     """`mptfx run --workspace workspace --json ARGS` on the digits: what it trained and
     how it scored, with its wall time."""
-    mptfx = os.path.join(os.path.dirname(sys.executable), "mptfx")
-    command = [mptfx, "run", "--workspace", workspace, "--json", *args]
-    started = time.perf_counter()
-    completed = subprocess.run(command, capture_output=True, text=True, check=False)
-    seconds = time.perf_counter() - started
-    if completed.returncode != 0:
-        raise RuntimeError(f"mptfx run exited {completed.returncode}: "
-                           f"{completed.stderr.strip().splitlines()[-1:]}")
-    summary = json.loads(completed.stdout)
+    summary, seconds, command = run_json(["--workspace", workspace, *args])
     trainer, evaluation = summary.get("trainer") or {}, summary.get("eval") or {}
     return {
         "seconds": seconds,
@@ -57,7 +46,7 @@ def run_digits(workspace: str, args: list[str]) -> dict[str, Any]:
         "precision": trainer.get("precision"),
         "epochs": trainer.get("epochs"),
         "distill": trainer.get("distill"),
-        "command": " ".join(["mptfx", *command[1:]]),
+        "command": command,
     }
 
 

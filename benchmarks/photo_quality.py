@@ -17,13 +17,11 @@ with another seed; both models are scored on it, so neither's own split decides.
 from __future__ import annotations
 
 import glob
-import json
 import os
 import shutil
-import subprocess
-import sys
-import time
 from typing import Any
+
+from benchmarks.mptfx_runs import run_json
 
 PHOTO_SIDE = 224
 PHOTO_QUALITY = 90
@@ -73,16 +71,8 @@ def run_mptfx(data_dir: str, test_dir: str, workspace: str,
               extra_args: list[str] | None = None) -> dict[str, Any]:
     """`mptfx run --data data_dir --workspace workspace` as a user types it (plus
     `extra_args`), then the pushed model's accuracy on `test_dir`."""
-    mptfx = os.path.join(os.path.dirname(sys.executable), "mptfx")
-    command = [mptfx, "run", "--data", data_dir, "--workspace", workspace, "--json",
-               *(extra_args or [])]
-    started = time.perf_counter()
-    completed = subprocess.run(command, capture_output=True, text=True, check=False)
-    seconds = time.perf_counter() - started
-    if completed.returncode != 0:
-        raise RuntimeError(f"mptfx run exited {completed.returncode}: "
-                           f"{completed.stderr.strip().splitlines()[-1:]}")
-    summary = json.loads(completed.stdout)
+    summary, seconds, command = run_json(["--data", data_dir, "--workspace", workspace,
+                                          *(extra_args or [])])
     trainer, evaluation = summary.get("trainer") or {}, summary.get("eval") or {}
     pushed = summary.get("pushed") or {}
     if not pushed.get("pushed"):
@@ -99,7 +89,7 @@ def run_mptfx(data_dir: str, test_dir: str, workspace: str,
         "precision": trainer.get("precision"),
         "epochs": trainer.get("epochs"),
         "images_per_sec": trainer.get("images_per_sec"),
-        "command": " ".join(["mptfx", *command[1:]]),
+        "command": command,
     }
 
 

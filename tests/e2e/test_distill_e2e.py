@@ -11,7 +11,6 @@ the model card say who taught whom and how each scored on the same eval split.
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
 import pytest
@@ -19,18 +18,12 @@ import pytest
 from components.serving.models_config import models_config_path, read_labels
 from components.tracking.store import mlflow_client
 from pipelines.api import run_pipeline
+from tests.folders import tree_hash
 from tests.k8s_double import SMALL
 
 REPO = Path(__file__).resolve().parents[2]
 STUDENT = ["trainer.distill.teacher=champion", "model.name=seed_cnn",
            "model.params.dense_units=16", "tflite.variants=[int8]"]
-
-
-def _tree_hash(folder: Path) -> str:
-    digest = hashlib.sha256()
-    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
-        digest.update(str(path.relative_to(folder)).encode() + path.read_bytes())
-    return digest.hexdigest()
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +34,7 @@ def runs(tmp_path_factory):
     teacher = run_pipeline(REPO / "configs/local.yaml", workspace, overrides=SMALL)
     assert teacher.status == "completed" and teacher.pushed.pushed, teacher.error
     serving = workspace / "serving"
-    before = (_tree_hash(serving / "digits"),
+    before = (tree_hash(serving / "digits"),
               read_labels(models_config_path(serving), "digits"))
     student = run_pipeline(REPO / "configs/local.yaml", workspace,
                            overrides=[*SMALL, *STUDENT])
@@ -66,7 +59,7 @@ def test_the_student_is_gated_and_published_under_its_own_name(runs):
 def test_the_teachers_serving_versions_and_labels_are_untouched(runs):
     _, _, (hash_before, labels_before), workspace = runs
     serving = workspace / "serving"
-    assert _tree_hash(serving / "digits") == hash_before
+    assert tree_hash(serving / "digits") == hash_before
     assert read_labels(models_config_path(serving), "digits") == labels_before
     assert labels_before.stable == 1
 

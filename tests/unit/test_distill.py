@@ -5,7 +5,6 @@ test_trainer_distribution.py; the whole pipeline: tests/e2e/test_distill_e2e.py.
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import shutil
@@ -28,6 +27,7 @@ from pipelines.config import ConfigError, load_config
 from pipelines.distill import check_teacher, resolve_teacher
 from pipelines.spans import DataSelection
 from pipelines.workspace import Workspace
+from tests.folders import tree_hash
 from tests.trainer_testdata import fn_args_dict, make_fn_args, write_digits_examples
 
 REPO = Path(__file__).resolve().parents[2]
@@ -37,13 +37,6 @@ SIZE = (16, 16)
 def _train(examples_uri: str, out: Path, **trainer: object) -> module.TrainingResult:
     fields = fn_args_dict(examples_uri, str(out), input_size=SIZE, autotune="off", **trainer)
     return module.train_and_export(make_fn_args(fields, light=True))
-
-
-def _tree_hash(folder: Path) -> str:
-    digest = hashlib.sha256()
-    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
-        digest.update(str(path.relative_to(folder)).encode() + path.read_bytes())
-    return digest.hexdigest()
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +61,7 @@ def students(examples_uri, teacher, tmp_path_factory):
     student = {"epochs": 2, "params": {"dense_units": 16}}
     alone = _train(examples_uri, tmp_path_factory.mktemp("alone"), **student)
     teacher_dir = Path(teacher.serving_model_dir).parent
-    before = _tree_hash(teacher_dir)
+    before = tree_hash(teacher_dir)
     distilled = _train(examples_uri, tmp_path_factory.mktemp("distilled"), **student,
                        distill={"teacher": _teacher_weights(teacher), "temperature": 2.0,
                                 "alpha": 0.3, "precision": "float32"})
@@ -123,7 +116,7 @@ def test_the_teacher_changes_the_training_not_the_students_start(students):
 
 def test_the_teacher_stays_frozen_and_out_of_the_student(teacher, students):
     alone, distilled, before = students
-    assert _tree_hash(Path(teacher.serving_model_dir).parent) == before
+    assert tree_hash(Path(teacher.serving_model_dir).parent) == before
     # The student's weights, checkpoint and export hold the student alone.
     assert len(distilled.model.weights) == len(alone.model.weights)
     exported = Path(distilled.serving_model_dir).parent / "Format-Keras" / "model.weights.h5"
