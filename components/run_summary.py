@@ -83,6 +83,8 @@ class TrainerSection(_OpenSection):
     batch_size: int | None = None
     images_per_sec: float | None = None
     autotune_probe_seconds: float | None = None
+    # components/trainer/input_bound.py: wait_share, model_steps_per_sec, advice, ...
+    input_bound: dict[str, Any] | None = None
     model_uri: str | None = None
     tensorboard_logs: str | None = None
 

@@ -5,8 +5,10 @@ so a run whose Trainer ran in another process (or pod, or was cached) is recorde
 way. Pure functions: no MLflow here.
 
 Metric names (step = Keras epoch index, 0-based like the TensorBoard logs):
-    per epoch   loss, accuracy, val_loss, val_accuracy, images_per_sec, loss_scale, ...
-    final       train/images_per_sec, eval/accuracy, eval/blessed, eval/recall_<class>,
+    per epoch   loss, accuracy, val_loss, val_accuracy, images_per_sec, loss_scale,
+                input_wait_share, steps_per_sec, ...
+    final       train/images_per_sec, train/input_wait_share, train/model_steps_per_sec,
+                eval/accuracy, eval/blessed, eval/recall_<class>,
                 tfma/<metric>, size/saved_model_bytes, tflite/<variant>_bytes|_agreement|...,
                 seconds/<Component>, seconds/train, seconds/wall, data/images, ...
 """
@@ -189,6 +191,11 @@ def final_metrics(summary: RunSummary, tfma_metrics: Mapping[str, float]) -> dic
         "eval/accuracy": evaluation.accuracy,
         "eval/baseline_accuracy": evaluation.baseline_accuracy,
     }
+    input_bound = _mapping(trainer.get("input_bound"))
+    metrics["train/input_wait_share"] = input_bound.get("wait_share")
+    metrics["train/steps_per_sec"] = input_bound.get("steps_per_sec")
+    metrics["train/model_steps_per_sec"] = input_bound.get("model_steps_per_sec")
+    metrics["train/speedup_without_input_wait"] = input_bound.get("speedup_without_wait")
     if evaluation.present():
         metrics["eval/blessed"] = 1.0 if evaluation.blessed else 0.0
     labels = trainer.get("label_names") or []

@@ -35,6 +35,7 @@ from components.trainer.callbacks import (
 )
 from components.trainer.config import TrainerSection
 from components.trainer.fine_tune import FineTuneCallback, freeze_backbone
+from components.trainer.input_bound import InputWaitMeter
 from components.trainer.runtime import Runtime, Task
 from components.trainer.warm_start import load_weights_file, warm_start_weights, weights_checksum
 from models.registry import WEIGHTS_PARAM, model_head
@@ -97,6 +98,8 @@ def fit_model(
         augment=data_lib.resolve_augment(trainer.augment, task.model_name, task.channels),
         workers=pod_env.worker_position(tf_config) if runtime.multi_worker else None,
     )
+    input_wait = InputWaitMeter()  # the seconds each step waits for its batch
+    train_dataset = input_wait.watch(train_dataset)
     fit_steps: dict[str, int] = {}
     if runtime.multi_worker:
         # Every worker must run the same number of steps: repeat and count them.
@@ -147,6 +150,7 @@ def fit_model(
                 recompile(runtime.learning_rate, None)
         callbacks = [*([fine_tune] if fine_tune else []),
             throughput,
+            input_wait.callback,
             TrainingStatsCallback(),
             DivergenceGuard(trainer.divergence_patience, runtime.learning_rate, runtime.policy),
             epoch_history,  # after the callbacks that add to the epoch logs

@@ -35,6 +35,7 @@ from components.trainer import export as export_lib
 from components.trainer.build import build_training_model, compile_training_model
 from components.trainer.config import TrainerConfig
 from components.trainer.fit import LOG_DIR, FitResult, backup_dir_for, fit_model
+from components.trainer.input_bound import assess_training
 from components.trainer.runtime import Runtime, Task, resolve_runtime, resolve_task
 from components.trainer.summary import SUMMARY_FILE, TrainingSummary
 from components.trainer.tuning import tune_runtime
@@ -107,12 +108,14 @@ def train_and_export(fn_args: tfx.components.FnArgs) -> TrainingResult:
     outputs = _Outputs.for_task(fn_args, chief, pod_env.task_name(tf_config))
     fitted = fit_model(fn_args, config.trainer, runtime, task, outputs.model_run_dir, tf_config,
                        probed_model)
+    input_bound = assess_training(fitted.history, fitted.model, runtime, task, config.trainer,
+                                  tuning, fn_args.train_files, fitted.train_examples)
     final_weights_checksum = _export(fitted, task, outputs.serving_model_dir,
                                      config.export.serving_precision)
     if chief and task.is_classification:
         _write_monitoring_reference(fn_args, task, outputs.serving_model_dir)
     summary = TrainingSummary.of(config, runtime, task, fitted, tuning, final_weights_checksum,
-                                 tf_config)
+                                 tf_config, input_bound)
     summary.write(outputs.model_run_dir)
     outputs.remove_scratch()
     logging.info(
@@ -126,6 +129,8 @@ def train_and_export(fn_args: tfx.components.FnArgs) -> TrainingResult:
         outputs.serving_model_dir,
         config.export.serving_precision,
     )
+    if input_bound["advice"]:
+        logging.warning("Trainer: %s", input_bound["advice"])
     return TrainingResult(fitted.model, summary, chief, outputs.serving_model_dir, config)
 
 

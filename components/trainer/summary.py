@@ -79,6 +79,8 @@ class TrainingSummary:
     autotune: dict[str, Any]
     batch_size_reason: str
     autotune_probe_seconds: float
+    # input_bound.assess: the share of step time waiting for input, the model alone's speed
+    input_bound: dict[str, Any]
     metric: str  # "accuracy" or "dice"
     final_metric: float | None
 
@@ -92,6 +94,7 @@ class TrainingSummary:
         tuning: Mapping[str, Any],
         final_weights_checksum: str,
         tf_config: Mapping[str, Any],
+        input_bound: Mapping[str, Any] | None = None,
     ) -> TrainingSummary:
         """The summary of a finished training."""
         trainer, model = config.trainer, config.model
@@ -140,6 +143,7 @@ class TrainingSummary:
             autotune=dict(tuning),
             batch_size_reason=tuning.get("batch_size_reason", "requested"),
             autotune_probe_seconds=tuning["probe_seconds"],
+            input_bound=dict(input_bound or {}),
             metric=task.metric,
             final_metric=(history.get(f"val_{task.metric}") or [None])[-1],
         )
