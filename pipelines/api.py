@@ -18,6 +18,7 @@ that fails does not raise: the summary says `status: failed`, `failed_component`
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
@@ -211,7 +212,6 @@ def _run(
     tracking_store = tracking.resolve_store(config, workspace.root, out)  # exit 2 if required
     from components.ingest.errors import DataError
     from models.user_module import UserModelError
-    from pipelines.local_runner import RunProgress, run_locally
     from pipelines.pipeline import create_pipeline
     from pipelines.summary import build_summary, collect_outputs
 
@@ -224,25 +224,13 @@ def _run(
     print(f"mptfx {command} {run_id}: {named}{len(pipeline.components)} components, "
           f"workspace {workspace.root}, log {log_path}", file=out)
 
-    def on_event(kind: str, timing: Any) -> None:
-        if kind == "start":
-            print(f"  > {timing.name} ...", file=out, flush=True)
-        else:
-            print(f"  < {timing.name} done in {timing.seconds:.1f} s", file=out, flush=True)
-
-    progress = RunProgress()
-    error: BaseException | None = None
-    # MLflow's import and store while the components run; started after TFX and Beam are
-    # imported here, so the two threads never import the same heavy packages at once.
-    tracking_ready = tracking.prepare(tracking_store)
-    try:
-        run_locally(pipeline, run_id, on_event, progress)
-    except KeyboardInterrupt:
-        error = KeyboardInterrupt("interrupted")
-    except Exception as failure:  # a component raised: report it, keep the summary
-        error = failure
-        logging.getLogger("mptfx").exception("component %s failed", progress.failed_component)
-
+    # MLflow's import, store and (system metrics on) the run while the components run;
+    # started after TFX and Beam are imported here, so the two threads never import the
+    # same heavy packages at once.
+    tracking_ready = tracking.prepare(
+        tracking_store, run_id if config.tracking.system_metrics else None,
+        started=time.time() - (time.monotonic() - started))
+    progress, error = _run_components(pipeline, run_id, config, tracking_ready, out)
     if error is not None:
         base["status"] = "failed"
         base["failed_component"] = progress.failed_component
@@ -257,3 +245,37 @@ def _run(
     summary.write()
     tracking.log_run(tracking_store, summary, out, tracking_ready)  # sets summary.mlflow
     return summary, isinstance(error, KeyboardInterrupt)
+
+
+def _run_components(pipeline: Any, run_id: str, config: Config, tracking_ready: Any,
+                    out: TextIO) -> tuple[Any, BaseException | None]:
+    """Run every component with a line as each starts and finishes; returns the progress
+    and the error that stopped the run (None when every component succeeded)."""
+    from components import tracking
+    from pipelines.kubernetes.ir import TRAINER_NODE
+    from pipelines.local_runner import RunProgress, run_locally
+
+    # The Trainer runs in this process: the opened MLflow run is handed to it through the
+    # environment, as MLflow hands a run to a child process (until the pipeline ends).
+    handoff = contextlib.ExitStack()
+
+    def on_event(kind: str, timing: Any) -> None:
+        if kind == "start":
+            if timing.name == TRAINER_NODE and config.tracking.system_metrics:
+                handoff.enter_context(tracking.trainer_handoff(
+                    tracking_ready, config.tracking.system_metrics_interval_seconds))
+            print(f"  > {timing.name} ...", file=out, flush=True)
+        else:
+            print(f"  < {timing.name} done in {timing.seconds:.1f} s", file=out, flush=True)
+
+    progress = RunProgress()
+    error: BaseException | None = None
+    try:
+        with handoff:
+            run_locally(pipeline, run_id, on_event, progress)
+    except KeyboardInterrupt:
+        error = KeyboardInterrupt("interrupted")
+    except Exception as failure:  # a component raised: report it, keep the summary
+        error = failure
+        logging.getLogger("mptfx").exception("component %s failed", progress.failed_component)
+    return progress, error

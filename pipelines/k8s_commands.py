@@ -221,7 +221,7 @@ def drive_run(config: Config, run_id: str, clients: tuple[Any, Any, Any], *, in_
     Returns the exit code.
     """
     from pipelines.console import library_output_to
-    from pipelines.k8s_tracking import record_run
+    from pipelines.k8s_tracking import open_run_for_pods, record_run
     from pipelines.kubernetes.driver import KubernetesRunner
     from pipelines.kubernetes.ir import ir_uri, plan_nodes, store_ir
 
@@ -246,8 +246,9 @@ def drive_run(config: Config, run_id: str, clients: tuple[Any, Any, Any], *, in_
             store_ir(ir, location)
             print(f"mptfx k8s submit {run_id}: {len(ir.nodes)} nodes, namespace {namespace}, "
                   f"IR {location}, logs {logs}", file=out)
+        opened, trainer_env = open_run_for_pods(config, workspace_root, run_id, out)
         runner = KubernetesRunner(config, *clients, out=out, log_dir=logs / "pods",
-                                  follow_logs=follow_logs)
+                                  follow_logs=follow_logs, trainer_env=trainer_env)
         try:
             report = runner.run(run_id, plan_nodes(ir, config), location)
         except KeyboardInterrupt:
@@ -255,7 +256,8 @@ def drive_run(config: Config, run_id: str, clients: tuple[Any, Any, Any], *, in_
                   f"mptfx k8s submit --resume {run_id}", file=out)
             return EXIT_INTERRUPTED
         _print_report(report, out)
-        summary = record_run(config, ir, report, logs, workspace_root, out, trigger=trigger)
+        summary = record_run(config, ir, report, logs, workspace_root, out, trigger=trigger,
+                             opened=opened)
         if after_run is not None and report.succeeded and summary:
             after_run(summary)
     if report.succeeded and summary is not None and summary.status == "failed":

@@ -114,9 +114,12 @@ def _run_url(store: TrackingStore, experiment_id: str, run_id: str) -> str | Non
     return redact(f"{store.uri.rstrip('/')}/#/experiments/{experiment_id}/runs/{run_id}")
 
 
-def record_pipeline_run(store: TrackingStore, summary: RunSummary) -> dict[str, Any]:
-    """Create the MLflow run for `summary` in `store` and log everything; return the
-    `mlflow` section (also set on `summary` before summary.json is logged)."""
+def record_pipeline_run(store: TrackingStore, summary: RunSummary,
+                        opened_run_id: str | None = None) -> dict[str, Any]:
+    """Log everything about `summary` into the MLflow run opened when the pipeline started
+    (`opened_run_id`, live_run.py: it holds the Trainer's system metrics), else into a new
+    one, and end it; return the `mlflow` section (also set on `summary` before summary.json
+    is logged)."""
     client = mlflow_client(store.uri)
     experiment_id = ensure_experiment(client, store.experiment, store.artifact_location)
     training = content.read_training_summary(summary)
@@ -125,10 +128,14 @@ def record_pipeline_run(store: TrackingStore, summary: RunSummary) -> dict[str, 
     if store.is_fallback:
         # Without the password: `mptfx tracking sync` takes it from MLFLOW_TRACKING_PASSWORD.
         tags[SYNC_TO_TAG] = redact(store.requested_uri)
-    # The MLflow run spans the pipeline run, so its duration in the UI is the wall time.
-    started = time.time() - float(summary.wall_seconds or 0)
-    run = client.create_run(experiment_id, start_time=int(started * 1000),
-                            run_name=str(summary.run_id), tags=tags)
+    if opened_run_id is not None:
+        run = client.get_run(opened_run_id)
+        log_in_batches(client, opened_run_id, tags=tags)
+    else:
+        # The MLflow run spans the pipeline run, so its duration in the UI is the wall time.
+        started = time.time() - float(summary.wall_seconds or 0)
+        run = client.create_run(experiment_id, start_time=int(started * 1000),
+                                run_name=str(summary.run_id), tags=tags)
     run_id = run.info.run_id
     section: dict[str, Any] = {
         "run_id": run_id,

@@ -31,6 +31,7 @@ import keras
 from absl import logging
 
 from components import pod_env
+from components.tracking import system_metrics
 from components.trainer import export as export_lib
 from components.trainer.build import build_training_model, compile_training_model
 from components.trainer.config import TrainerConfig
@@ -93,16 +94,24 @@ class _Outputs:
 
 
 def train_and_export(fn_args: tfx.components.FnArgs) -> TrainingResult:
-    """Trains the configured model and exports it; the body of `run_fn`.
+    """Trains the configured model and exports it; the body of `run_fn`. MLflow's system
+    metrics are logged meanwhile when a run was handed over (components/tracking/
+    system_metrics.py), with the task as node id under multi-worker training.
 
     Raises:
         ValueError: a bad config value (naming the key) or bad input data.
         MixedPrecisionLintError: the model is unsafe under the resolved precision.
         TrainingDivergedError: the loss stayed NaN/inf (see callbacks.DivergenceGuard).
     """
+    tf_config = pod_env.read_tf_config()
+    node_id = pod_env.task_name(tf_config) if pod_env.cluster_size(tf_config) > 1 else None
+    with system_metrics.monitoring(node_id):
+        return _train_and_export(fn_args, tf_config)
+
+
+def _train_and_export(fn_args: tfx.components.FnArgs, tf_config: dict) -> TrainingResult:
     started = time.perf_counter()
     config = TrainerConfig.from_custom_config(fn_args.custom_config)
-    tf_config = pod_env.read_tf_config()
     runtime, task, tuning, probed_model = _resolve(config, fn_args, tf_config)
     chief = pod_env.is_chief(tf_config)
     outputs = _Outputs.for_task(fn_args, chief, pod_env.task_name(tf_config))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from components.core.config import Config
@@ -196,9 +197,28 @@ def _job(config: Config, run_id: str, node: NodePlan, plan: list[NodePlan], atte
 
 
 def node_objects(config: Config, run_id: str, node: NodePlan, plan: list[NodePlan],
-                 ir_location: str, attempt: int = 1) -> list[dict[str, Any]]:
+                 ir_location: str, attempt: int = 1,
+                 trainer_env: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
     """What the runner creates for one node: a Job; for a multi-worker Trainer an Indexed Job
-    and its headless Service, or a Kubeflow TFJob."""
+    and its headless Service, or a Kubeflow TFJob. `trainer_env`: plain variables added to
+    the Trainer's pods only (the MLflow run its system metrics go to: MLFLOW_RUN_ID)."""
+    objects = _node_objects(config, run_id, node, plan, ir_location, attempt)
+    if node.is_trainer and trainer_env:
+        for body in objects:
+            for replica in _pod_templates(body):
+                for container in replica["spec"]["containers"]:
+                    container["env"] += [{"name": k, "value": v} for k, v in trainer_env.items()]
+    return objects
+
+
+def _pod_templates(body: dict[str, Any]) -> list[dict[str, Any]]:
+    if body["kind"] == "TFJob":
+        return [spec["template"] for spec in body["spec"]["tfReplicaSpecs"].values()]
+    return [body["spec"]["template"]] if body["kind"] == "Job" else []
+
+
+def _node_objects(config: Config, run_id: str, node: NodePlan, plan: list[NodePlan],
+                  ir_location: str, attempt: int) -> list[dict[str, Any]]:
     trainer = config.kubernetes.trainer
     command = _node_command(ir_location, node.node_id)
     if not node.is_trainer or trainer.workers == 1:

@@ -21,6 +21,8 @@ from components.tracking.sync import sync_workspace
 from tests.ports import free_port
 from tests.run_summaries import fake_summary
 
+REPO = Path(__file__).resolve().parents[2]
+
 
 def _store(workspace: Path, **changes) -> TrackingStore:
     settings = dict(uri=local_store_uri(workspace), requested_uri="", workspace=workspace,
@@ -207,11 +209,59 @@ def test_the_store_is_prepared_in_the_background_and_the_run_recorded_into_it(tm
     store's database in another thread; `log_run` waits for it and records the run there."""
     workspace = tmp_path / "fresh"
     store = _store(workspace)
-    thread = tracking.prepare(store)
-    assert thread is not None and thread.name == "mptfx-mlflow-store"
-    thread.join(120)
-    assert not thread.is_alive() and (workspace / "mlflow.db").stat().st_size > 0
-    section, printed = _log(store, fake_summary(tmp_path / "run"), prepared=thread)
+    prepared = tracking.prepare(store)
+    assert prepared is not None and prepared.wait(120) is None  # nothing opened
+    assert (workspace / "mlflow.db").stat().st_size > 0
+    section, printed = _log(store, fake_summary(tmp_path / "run"), prepared=prepared)
     assert mlflow_client(local_store_uri(workspace)).get_run(section["run_id"])
     assert printed.count("warning") == 0
     assert tracking.prepare(_store(workspace, uri="http://127.0.0.1:5000")) is None
+
+
+def test_the_run_opened_when_the_pipeline_starts_is_the_one_recorded(tmp_path):
+    """With system metrics on, `prepare` opens the pipeline run's MLflow run (RUNNING, for
+    the Trainer's monitor); a second opening (a resumed driver) finds it; `log_run`
+    records into it and ends it."""
+    from components.tracking.live_run import PIPELINE_RUN_TAG, open_run
+
+    store = _store(tmp_path / "ws")
+    summary = fake_summary(tmp_path / "run")
+    prepared = tracking.prepare(store, summary.run_id)
+    run_id = prepared.wait(120)
+    client = mlflow_client(store.uri)
+    opened = client.get_run(run_id)
+    assert opened.info.status == "RUNNING" and opened.info.run_name == summary.run_id
+    assert opened.data.tags[PIPELINE_RUN_TAG] == summary.run_id
+    assert open_run(store, summary.run_id) == run_id
+    section, _ = _log(store, summary, prepared=prepared)
+    assert section["run_id"] == run_id
+    recorded = client.get_run(run_id)
+    assert recorded.info.status == "FINISHED" and recorded.data.params
+    assert len(client.search_runs([opened.info.experiment_id])) == 1
+
+
+def test_the_driver_hands_the_trainer_pods_the_run_only_when_they_reach_its_store(tmp_path):
+    """`mptfx k8s submit` opens the MLflow run before the first Job when the pods'
+    server (kubernetes.tracking_uri) is where the run is recorded; otherwise one line says
+    why the Trainer logs no system metrics, and the run goes on."""
+    from pipelines.config import load_config
+    from pipelines.k8s_tracking import open_run_for_pods
+
+    workspace = tmp_path / "ws"
+    same = load_config(REPO / "configs/local.yaml",
+                       [f"kubernetes.tracking_uri={local_store_uri(workspace)}"])
+    out = io.StringIO()
+    opened, env = open_run_for_pods(same, workspace, "r1", out)
+    assert env == {"MLFLOW_RUN_ID": opened.run_id,
+                   "MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL": "2"}
+    assert open_run_for_pods(same, workspace, "r1", out)[0].run_id == opened.run_id  # resumed
+    assert out.getvalue() == ""
+    elsewhere = load_config(REPO / "configs/local.yaml", [])
+    assert open_run_for_pods(elsewhere, workspace, "r2", out) == (None, {})
+    assert out.getvalue().strip() == (
+        "mptfx k8s submit: system metrics: not logged: the pods' MLflow server "
+        "kubernetes.tracking_uri http://mptfx-mlflow:5000 is not where this run is recorded "
+        f"({local_store_uri(workspace)}); run the driver in the cluster (--driver-job) or "
+        "set tracking.uri to it")
+    off = load_config(REPO / "configs/local.yaml", ["tracking.system_metrics=false"])
+    assert open_run_for_pods(off, workspace, "r3", out) == (None, {})

@@ -30,7 +30,7 @@ SUMMARY_KEYS = [
     "model_file_sha256", "warm_started_from", "initial_weights_checksum",
     "final_weights_checksum", "resumed_at_epoch", "train_examples", "eval_examples",
     "train_seconds", "images_per_sec_per_epoch", "workers", "task_name", "autotune",
-    "batch_size_reason", "autotune_probe_seconds", "val_accuracy",
+    "batch_size_reason", "autotune_probe_seconds", "input_bound", "val_accuracy",
 ]
 
 
