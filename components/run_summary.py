@@ -194,6 +194,7 @@ class RunSummary(_Section):
     schema_frozen: str | None = None       # retrain froze this run's schema
     trigger: TriggerSection = Field(default_factory=TriggerSection)  # {}: new data or by hand
     wall_seconds: float | None = None
+    report_path: str | None = None         # runs/<run_id>/report.html (tracking/report.py)
     mlflow: MlflowSection = Field(default_factory=MlflowSection)  # set by tracking
 
     @classmethod

@@ -24,6 +24,7 @@ from benchmarks.sections import (
     host,
     input_pipeline,
     largest_batch,
+    system_metrics,
     throughput,
 )
 from benchmarks.sections.base import Section, Suite
@@ -36,6 +37,7 @@ SECTIONS: tuple[Section, ...] = (
     largest_batch.SECTION,
     input_pipeline.SECTION,
     data_scale.SECTION,
+    system_metrics.SECTION,
 )
 
 BENCH = Suite("mptfx bench", SECTIONS, "benchmarks.worker", SECTION_SECONDS)

@@ -94,6 +94,10 @@ def log_run(store: TrackingStore, summary: RunSummary, out: TextIO,
             except Exception as local_error:
                 error = local_error
         if not section:
+            from components.tracking.content import read_training_summary
+            from components.tracking.recorder import write_report_quietly
+
+            write_report_quietly(summary, read_training_summary(summary))  # still, for the run
             reason = one_line(error, limit=300, redact=True)
             section = {"error": f"MLflow tracking failed: {reason}",
                        "tracking_uri": redact(store.uri)}

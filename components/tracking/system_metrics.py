@@ -34,6 +34,7 @@ from components.redact import redact, redact_text, with_credentials
 ENV_RUN_ID = "MLFLOW_RUN_ID"
 ENV_TRACKING_URI = "MLFLOW_TRACKING_URI"
 ENV_SAMPLING_INTERVAL = "MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL"
+DEFAULT_INTERVAL_SECONDS = 10.0  # MLflow's own default
 # A last flush to a slow server must not hold the Trainer up for MLflow's HTTP retries.
 STOP_TIMEOUT_SECONDS = 15.0
 
@@ -74,7 +75,11 @@ def _start(environ: Mapping[str, str], node_id: str | None) -> object | None:
 
         for name in ("mlflow", "alembic"):
             logging.getLogger(name).setLevel(logging.WARNING)
-        monitor = SystemMetricsMonitor(run_id, node_id=node_id,
+        # MLflow reads its interval variable from os.environ; `environ` may be another map.
+        interval = float(environ.get(ENV_SAMPLING_INTERVAL) or DEFAULT_INTERVAL_SECONDS)
+        # resume_logging: a retried Trainer pod continues the run's series.
+        monitor = SystemMetricsMonitor(run_id, sampling_interval=interval, node_id=node_id,
+                                       resume_logging=True,
                                        tracking_uri=with_credentials(uri, environ))
         monitor.start()
     except Exception as error:  # monitoring never fails training

@@ -134,6 +134,20 @@ def test_services_ask_apt_get_for_prometheus_and_promtool(open_tmp):
 
 
 @root_only
+def test_services_ask_apt_get_for_chromium(open_tmp):
+    """PostgreSQL and Prometheus are there; Chromium (the run report test's browser) is not."""
+    tmp_path = open_tmp
+    path, calls = _path_without(tmp_path, ("chromium",))
+    result = _run("start_services.sh", path, tmp_path)
+    [install] = _installs(calls)
+    assert install.split()[-1] == "chromium", install
+    assert result.returncode == 2, result.stdout + result.stderr
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith("services: apt-get could not install chromium"), line
+    assert line.endswith("as root run: apt-get update && apt-get install -y chromium")
+
+
+@root_only
 def test_without_root_the_line_names_the_packages_and_the_command(open_tmp):
     tmp_path = open_tmp
     path, calls = _path_without(tmp_path, IMAGE_PROGRAMS + POSTGRES_PROGRAMS)

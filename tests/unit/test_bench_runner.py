@@ -81,6 +81,12 @@ def _result(task: str, params: dict) -> dict | None:
                                   "agreement_with_savedmodel": 1.0, "input_size": [16, 16],
                                   "eval_images": 363}]},
         "stock_tfx": {"pushed_versions": [1]},
+        "system_metrics": {"model": "seed_cnn", "input_size": [16, 16], "batch_size": 32,
+                           "precision": "float32", "xla": False, "rounds": 5, "steps": 100,
+                           "window_seconds": 8.0, "sampling_interval": 2.0, "samples": 4,
+                           "rows": [{"mode": "input meter", "images_per_sec": 1000.0,
+                                     "window_rates": [1000.0], "ratio": 1.0}],
+                           "system_metrics_ratio": 1.0, "input_meter_ratio": 1.0},
     }[task]
 
 

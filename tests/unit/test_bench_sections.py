@@ -122,6 +122,16 @@ SAMPLES = {
         "delivered_images_per_sec": 1000.0, "delivered_cached_images_per_sec": 9000.0,
         "consumed_images_per_sec": 2000.0, "ratio": 0.5, "cached_ratio": 4.5}]}},
         "### Input pipeline", "Input pipeline at 16×16: decoding every epoch it delivers 0.50×"),
+    "system_metrics": ({"system_metrics": {
+        "status": "ok", "model": "seed_cnn", "input_size": [16, 16], "batch_size": 32,
+        "precision": "float32", "xla": False, "rounds": 5, "window_seconds": 8.0,
+        "sampling_interval": 2.0, "steps": 900, "samples": 20,
+        "rows": [{"mode": mode, "images_per_sec": rate, "window_rates": [rate], "ratio": ratio}
+                 for mode, rate, ratio in (("plain", 2020.0, 1.01), ("input meter", 2000.0, 1.0),
+                                           ("input meter + system metrics", 1990.0, 0.995))],
+        "system_metrics_ratio": 0.995, "input_meter_ratio": 0.99}},
+        "### System metrics and the input meter (seed_cnn 16×16",
+        "runs at 0.995× the speed without (target ≥ 0.97): PASS"),
     "data_scale": ({"data_scale": DATA_SCALE}, "### Data scale (1,000 synthetic 224×224",
                    "Trainer input ÷ plain tf.data input 0.90 (target ≥ 0.9): PASS"),
     "overhead": ({"overhead": {

@@ -1,0 +1,107 @@
+"""`system_metrics`: does watching the training slow it down?
+
+The `system_metrics` task (benchmarks/system_metrics.py) trains the default run's model on
+the ingested digits in alternated windows: plain input, the Trainer's input-wait meter, and
+the meter with MLflow's system metrics sampling into a local store at the default interval.
+Target: the run with system metrics within 3 % of the run without (median of the rounds).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from benchmarks.sections.base import number, shape, status_line
+from benchmarks.sections.context import Context
+from benchmarks.sections.data import DataSection, pipeline_defaults
+from benchmarks.sections.tasks import Task, arguments
+
+# With system metrics on, training keeps at least this share of its speed without them.
+TARGET_RATIO = 0.97
+
+
+@dataclasses.dataclass(frozen=True)
+class MonitoringParams:
+    """The digits, the default run's model and batch, and how long and often to time."""
+
+    data: dict[str, Any]
+    model_name: str
+    input_size: list[int]
+    batch_size: int
+    precision: str
+    xla: bool
+    rounds: int
+    window_seconds: float
+    sampling_interval: float
+    store_dir: str
+
+
+def measure(params: MonitoringParams) -> dict[str, Any]:
+    from benchmarks.system_metrics import monitoring_cost
+
+    return monitoring_cost(**arguments(params))
+
+
+SYSTEM_METRICS = Task("system_metrics", MonitoringParams, measure)
+
+
+class SystemMetrics(DataSection):
+    name = "system_metrics"
+    tasks = (SYSTEM_METRICS,)
+
+    def run(self, ctx: Context) -> None:
+        from components.core.config import Config
+
+        defaults = pipeline_defaults()
+        interval = Config().tracking.system_metrics_interval_seconds
+        rounds = 9 if ctx.options.quick else 15
+        # Samples inside every window, so the monitor's work falls inside what is timed.
+        window = max(2.5 * interval, 5.0)
+        params = MonitoringParams(
+            data=ctx.data["replicated"], model_name=defaults["model"],
+            input_size=defaults["input_size"], batch_size=defaults["batch_size"],
+            precision="float32", xla=False, rounds=rounds, window_seconds=window,
+            sampling_interval=interval, store_dir=str(ctx.bench_dir / "system-metrics"))
+        ctx.say(f"  system metrics: {rounds} rounds of {window:.0f} s windows, sampling "
+                f"every {interval:g} s ...")
+        outcome = ctx.task(SYSTEM_METRICS, params, "system-metrics", timeout=900)
+        section: dict[str, Any] = {"status": outcome.status, "error": outcome.error,
+                                   **(outcome.result or {})}
+        if outcome.ok:
+            ctx.say(f"    with system metrics {section['system_metrics_ratio']:.3f}x the "
+                    f"speed without; input meter {section['input_meter_ratio']:.3f}x plain")
+        ctx.store("system_metrics", section)
+
+    def table(self, results: dict[str, Any]) -> list[str]:
+        section = results.get("system_metrics") or {}
+        if not section.get("rows"):
+            return status_line("System metrics", section)
+        lines = [
+            f"### System metrics and the input meter ({section['model']} "
+            f"{shape(section['input_size'])}, batch {section['batch_size']}, "
+            f"{section['precision']}, {section['steps']} steps per window, "
+            f"{section['rounds']} alternated rounds; MLflow sampled every "
+            f"{section['sampling_interval']:g} s, {section['samples']} samples)",
+            "",
+            "| mode | images/s (median) | ÷ input meter alone (median of the rounds) | "
+            "windows |",
+            "|---|---:|---:|---|",
+        ]
+        for row in section["rows"]:
+            windows = ", ".join(number(rate) for rate in row["window_rates"])
+            lines.append(f"| {row['mode']} | {number(row['images_per_sec'])} | "
+                         f"{row['ratio']:.3f} | {windows} |")
+        return lines + [""]
+
+    def verdicts(self, results: dict[str, Any]) -> list[str]:
+        section = results.get("system_metrics") or {}
+        if not section.get("rows"):
+            return []
+        ratio = section["system_metrics_ratio"]
+        verdict = "PASS" if ratio >= TARGET_RATIO else "FAIL"
+        return [f"System metrics: training with MLflow's system metrics runs at {ratio:.3f}× "
+                f"the speed without (target ≥ {TARGET_RATIO}): {verdict}; the input-wait "
+                f"meter costs {section['input_meter_ratio']:.3f}× plain input."]
+
+
+SECTION = SystemMetrics()

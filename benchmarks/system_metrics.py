@@ -1,0 +1,112 @@
+"""What watching the training costs: MLflow's system metrics and the input-wait meter.
+
+The default `mptfx run`'s model trains on the Trainer's own input (`make_dataset` over the
+ingested digits, cached as in the default run) with `model.fit`, in timed windows of the
+same number of steps, the modes taken in turn within each round so that a change in the
+machine's load hits every mode alike:
+
+- `plain`: the dataset as it was before the Trainer measured input waits;
+- `input meter`: what the Trainer runs with `tracking.system_metrics: false`
+  (components/trainer/input_bound.py's meter and callback);
+- `input meter + system metrics`: the default, with MLflow's SystemMetricsMonitor sampling
+  to a run of a local MLflow store through components/tracking/system_metrics.py, as the
+  Trainer does (started before the window, finished after it).
+
+Example:
+
+    costs = monitoring_cost(data, "seed_cnn", [16, 16], 32, "float32", False, 5, 8.0, 2.0,
+                            "/ws/bench/system-metrics")
+    costs["system_metrics_ratio"]   # images/s with the monitor / without, median over rounds
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from benchmarks.training import build_compiled_model
+from components.tracking import system_metrics
+from components.tracking.live_run import open_run, trainer_environment
+from components.tracking.store import TrackingStore, local_store_uri
+from components.trainer import data as data_lib
+from components.trainer.input_bound import InputWaitMeter
+
+MODES = ("plain", "input meter", "input meter + system metrics")
+
+
+def monitoring_cost(
+    data: dict[str, Any], model_name: str, input_size: Sequence[int], batch_size: int,
+    precision: str, xla: bool, rounds: int, window_seconds: float, sampling_interval: float,
+    store_dir: str,
+) -> dict[str, Any]:
+    """Images/s of each mode per round, their medians and the ratios to `input meter`.
+
+    Returns:
+        {"rows": [{"mode", "images_per_sec", "window_rates", "ratio"}], "steps", "rounds",
+        "window_seconds", "sampling_interval", "samples", "system_metrics_ratio",
+        "input_meter_ratio", ...}; "samples": CPU samples MLflow holds for the monitored
+        windows.
+    """
+    dataset = data_lib.make_dataset(
+        data["train_files"], input_size, data["channels"], batch_size, shuffle=True,
+        num_examples=data["train_examples"], repeat=True)
+    model = build_compiled_model(model_name, (*input_size, data["channels"]), 10, precision, xla)
+    meter = InputWaitMeter()
+    watched = meter.watch(dataset)
+    store = TrackingStore(uri=local_store_uri(Path(store_dir)), requested_uri="",
+                          workspace=Path(store_dir), experiment="bench-system-metrics",
+                          model_name="bench")
+    run_id = open_run(store, f"bench-{int(time.time())}")
+    environ = trainer_environment(store, run_id, sampling_interval)
+
+    def fit(source: Any, callbacks: list, steps: int) -> float:
+        started = time.perf_counter()
+        model.fit(source, steps_per_epoch=steps, epochs=1, verbose=0, callbacks=callbacks)
+        return time.perf_counter() - started
+
+    def monitored(steps: int) -> float:
+        with system_metrics.monitoring(None, environ):
+            return fit(watched, [meter.callback], steps)
+
+    windows: dict[str, Callable[[int], float]] = {
+        "plain": lambda steps: fit(dataset, [], steps),
+        "input meter": lambda steps: fit(watched, [meter.callback], steps),
+        "input meter + system metrics": monitored,
+    }
+    fit(watched, [meter.callback], 5)  # traces the step, fills the cache
+    calibration = 200  # long enough that fit's own start is a small part of it
+    steps = max(calibration, round(window_seconds * calibration / fit(dataset, [], calibration)))
+    rates: dict[str, list[float]] = {mode: [] for mode in MODES}
+    for index in range(rounds):
+        order = MODES[index % len(MODES):] + MODES[:index % len(MODES)]
+        for mode in order:
+            rates[mode].append(steps * batch_size / windows[mode](steps))
+    return _summary(rates, steps, store, run_id, {
+        "model": model_name, "input_size": list(input_size), "batch_size": batch_size,
+        "precision": precision, "xla": xla, "rounds": rounds,
+        "window_seconds": window_seconds, "sampling_interval": sampling_interval})
+
+
+def _summary(rates: dict[str, list[float]], steps: int, store: TrackingStore, run_id: str,
+             facts: dict[str, Any]) -> dict[str, Any]:
+    """Each mode's median, and each mode's median ratio to `input meter` within a round
+    (neighbouring windows: a load that drifts over the run cancels out of the ratio)."""
+    from components.tracking.store import mlflow_client
+
+    medians = {mode: statistics.median(values) for mode, values in rates.items()}
+    reference = rates["input meter"]
+    ratios = {mode: statistics.median(r / ref for r, ref in zip(rates[mode], reference,
+                                                                 strict=True))
+              for mode in MODES}
+    history = mlflow_client(store.uri).get_metric_history(
+        run_id, "system/cpu_utilization_percentage")
+    return {
+        **facts, "steps": steps, "samples": len(history),
+        "rows": [{"mode": mode, "images_per_sec": medians[mode], "window_rates": rates[mode],
+                  "ratio": ratios[mode]} for mode in MODES],
+        "system_metrics_ratio": ratios["input meter + system metrics"],
+        "input_meter_ratio": 1.0 / ratios["plain"],
+    }
