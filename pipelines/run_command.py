@@ -166,6 +166,8 @@ def _print_summary(summary: RunSummary, out: TextIO) -> None:
                           f"{info.agreement}, published: {info.path or 'no'}"))
     if summary.error:
         facts.append(("error", summary.error))
+    if summary.report_path:
+        facts.append(("report", summary.report_path))
     facts.append(("summary", summary.summary_path))
     print("", file=out)
     for key, value in facts:

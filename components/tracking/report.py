@@ -153,8 +153,9 @@ def _label(key: str, labels: list[str]) -> str:
 def _autotune(training: Mapping[str, Any], pngs: dict[str, bytes]) -> _Part:
     tuning = training.get("autotune") or {}
     rows, choice = tuning.get("table") or [], tuning.get("choice") or {}
-    reason = _note(f"Autotune {tuning.get('status', 'not recorded')}: "
-                   f"{training.get('precision_reason', '')}; XLA: {training.get('xla_reason')}.")
+    reason = _note(f"Autotune: {tuning.get('status', 'not recorded')}. Precision "
+                   f"{training.get('precision')}: {training.get('precision_reason', '')}; XLA "
+                   f"{'on' if training.get('xla') else 'off'}: {training.get('xla_reason')}.")
     if not rows:
         return _Part("Precision and XLA", body=reason + _note(
             f"Candidates: {', '.join(tuning.get('candidates') or []) or 'none'}; nothing "

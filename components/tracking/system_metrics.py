@@ -77,9 +77,9 @@ def _start(environ: Mapping[str, str], node_id: str | None) -> object | None:
             logging.getLogger(name).setLevel(logging.WARNING)
         # MLflow reads its interval variable from os.environ; `environ` may be another map.
         interval = float(environ.get(ENV_SAMPLING_INTERVAL) or DEFAULT_INTERVAL_SECONDS)
-        # resume_logging: a retried Trainer pod continues the run's series.
+        # Not resume_logging: it asks the server for the run here, in the Trainer's thread,
+        # where a server that does not answer would hold training up for MLflow's retries.
         monitor = SystemMetricsMonitor(run_id, sampling_interval=interval, node_id=node_id,
-                                       resume_logging=True,
                                        tracking_uri=with_credentials(uri, environ))
         monitor.start()
     except Exception as error:  # monitoring never fails training

@@ -60,3 +60,13 @@ def test_a_run_that_recorded_little_says_so_instead_of_drawing(tmp_path):
     for note in ("The Trainer recorded no epochs", "No Evaluator output", "No TF Lite variants",
                  "Input waits not recorded", "Not checked in this run"):
         assert note in page, note
+
+
+def test_a_report_that_cannot_be_written_is_a_warning_not_a_failure(tmp_path, caplog):
+    from components.tracking.recorder import write_report_quietly
+
+    summary = fake_summary(tmp_path)
+    (tmp_path / "blocked").write_text("a file where the run folder would be")
+    summary.summary_path = str(tmp_path / "blocked" / "summary.json")
+    assert write_report_quietly(summary, {}) is None
+    assert "the run report could not be written" in caplog.text

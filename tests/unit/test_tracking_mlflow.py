@@ -265,3 +265,55 @@ def test_the_driver_hands_the_trainer_pods_the_run_only_when_they_reach_its_stor
         "set tracking.uri to it")
     off = load_config(REPO / "configs/local.yaml", ["tracking.system_metrics=false"])
     assert open_run_for_pods(off, workspace, "r3", out) == (None, {})
+
+
+def test_the_trainer_logs_mlflows_system_metrics_to_the_run_handed_to_it(tmp_path, caplog):
+    """What the Trainer runs around training (components/tracking/system_metrics.py): MLflow's
+    own SystemMetricsMonitor on the run named by MLFLOW_RUN_ID, a timestamped series per
+    metric; no GPU here: none of its series, and one line saying why."""
+    import logging
+
+    from components.tracking import system_metrics
+    from components.tracking.live_run import open_run, trainer_environment
+
+    store = _store(tmp_path / "ws")
+    run_id = open_run(store, "r1")
+    with caplog.at_level(logging.INFO, "mptfx.system_metrics"):
+        with system_metrics.monitoring(None, trainer_environment(store, run_id, 0.3)) as monitor:
+            assert monitor is not None
+            time.sleep(1.5)
+    client = mlflow_client(store.uri)
+    for name in ("system/cpu_utilization_percentage", "system/system_memory_usage_megabytes"):
+        stamps = [m.timestamp for m in client.get_metric_history(run_id, name)]
+        assert len(stamps) >= 2 and stamps == sorted(stamps), name
+    assert not [k for k in client.get_run(run_id).data.metrics if k.startswith("system/gpu")]
+    assert [r.message for r in caplog.records].count(
+        "system metrics: no GPU metrics: NVML found no NVIDIA GPU (NVML Shared Library Not "
+        "Found)") == 1
+
+
+def test_without_a_handed_run_the_trainer_monitors_nothing(caplog):
+    import logging
+
+    from components.tracking import system_metrics
+
+    with caplog.at_level(logging.INFO, "mptfx.system_metrics"):
+        with system_metrics.monitoring(None, {}) as monitor:
+            assert monitor is None
+    assert [r.message for r in caplog.records] == [
+        "system metrics: not logged (no MLflow run handed to this process: MLFLOW_RUN_ID unset)"]
+
+
+def test_a_server_that_does_not_answer_never_holds_training_up(monkeypatch):
+    """The monitor's thread retries on its own; the Trainer waits at most
+    STOP_TIMEOUT_SECONDS for it at the end."""
+    from components.tracking import system_metrics
+
+    monkeypatch.setattr(system_metrics, "STOP_TIMEOUT_SECONDS", 2.0)
+    environ = {"MLFLOW_RUN_ID": "0" * 32, "MLFLOW_TRACKING_URI": f"http://127.0.0.1:{free_port()}",
+               "MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL": "0.2"}
+    started = time.monotonic()
+    with system_metrics.monitoring("worker-1", environ) as monitor:
+        assert monitor is not None and monitor.node_id == "worker-1"
+        time.sleep(0.5)
+    assert time.monotonic() - started < 6.0
