@@ -230,20 +230,23 @@ def _run(
     tracking_ready = tracking.prepare(
         tracking_store, run_id if config.tracking.system_metrics else None,
         started=time.time() - (time.monotonic() - started))
-    progress, error = _run_components(pipeline, run_id, config, tracking_ready, out)
-    if error is not None:
-        base["status"] = "failed"
-        base["failed_component"] = progress.failed_component
-        base["error"] = (f"{progress.failed_component or 'pipeline'} failed: "
-                         f"{redact_text(one_line(error))}")
-    nodes = collect_outputs(pipeline.metadata_connection_config, config.pipeline.name, run_id)
-    timings = {name: t.seconds for name, t in progress.timings.items()}
-    summary = build_summary(nodes, timings, base, model_name=config.model.name)
-    summary.wall_seconds = round(time.monotonic() - started, 2)
-    if plan.after_run is not None and error is None:
-        plan.after_run(summary)
-    summary.write()
-    tracking.log_run(tracking_store, summary, out, tracking_ready)  # sets summary.mlflow
+    # A crash from here on leaves no MLflow run RUNNING (log_run ends it otherwise).
+    with tracking.ended_on_crash(tracking_ready):
+        progress, error = _run_components(pipeline, run_id, config, tracking_ready, out)
+        if error is not None:
+            base["status"] = "failed"
+            base["failed_component"] = progress.failed_component
+            base["error"] = (f"{progress.failed_component or 'pipeline'} failed: "
+                             f"{redact_text(one_line(error))}")
+        nodes = collect_outputs(pipeline.metadata_connection_config, config.pipeline.name,
+                                run_id)
+        timings = {name: t.seconds for name, t in progress.timings.items()}
+        summary = build_summary(nodes, timings, base, model_name=config.model.name)
+        summary.wall_seconds = round(time.monotonic() - started, 2)
+        if plan.after_run is not None and error is None:
+            plan.after_run(summary)
+        summary.write()
+        tracking.log_run(tracking_store, summary, out, tracking_ready)  # sets summary.mlflow
     return summary, isinstance(error, KeyboardInterrupt)
 
 

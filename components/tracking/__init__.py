@@ -30,11 +30,11 @@ from components.core.text import one_line
 from components.redact import redact
 from components.run_summary import RunSummary
 from components.tracking import store as store_lib
-from components.tracking.live_run import PreparedRun, trainer_handoff
+from components.tracking.live_run import PreparedRun, ended_on_crash, trainer_handoff
 from components.tracking.store import TrackingStore, is_local_uri, server_host
 
-__all__ = ["PreparedRun", "TrackingStore", "log_run", "prepare", "resolve_store",
-           "trainer_handoff"]
+__all__ = ["PreparedRun", "TrackingStore", "ended_on_crash", "log_run", "prepare",
+           "resolve_store", "trainer_handoff"]
 
 # How long log_run waits for `prepare` before going on without it (sqlite migrations take
 # seconds; a store that takes minutes is reported by log_run's own attempt).

@@ -148,3 +148,19 @@ def trainer_handoff(prepared: PreparedRun | None, sampling_interval: float) -> I
     with environment(trainer_environment(prepared.store, run_id, sampling_interval)):
         yield
 
+
+@contextlib.contextmanager
+def ended_on_crash(prepared: PreparedRun | None) -> Iterator[None]:
+    """Marks the opened run FAILED when the `with` block raises (the recorder ends it
+    otherwise), so that no run stays RUNNING after its pipeline crashed."""
+    try:
+        yield
+    except BaseException:
+        run_id = prepared.wait(0) if prepared is not None else None
+        if run_id is not None:
+            try:
+                mlflow_client(prepared.store.uri).set_terminated(run_id, "FAILED")
+            except Exception:  # the crash is the error to report
+                _log.warning("could not end MLflow run %s", run_id, exc_info=True)
+        raise
+

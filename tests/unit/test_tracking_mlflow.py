@@ -317,3 +317,14 @@ def test_a_server_that_does_not_answer_never_holds_training_up(monkeypatch):
         assert monitor is not None and monitor.node_id == "worker-1"
         time.sleep(0.5)
     assert time.monotonic() - started < 6.0
+
+
+def test_a_pipeline_that_crashes_leaves_no_run_running(tmp_path):
+    from components.tracking.live_run import ended_on_crash
+
+    store = _store(tmp_path / "ws")
+    prepared = tracking.prepare(store, "r1")
+    run_id = prepared.wait(120)
+    with pytest.raises(OSError), ended_on_crash(prepared):
+        raise OSError(28, "No space left on device")
+    assert mlflow_client(store.uri).get_run(run_id).info.status == "FAILED"
