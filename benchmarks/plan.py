@@ -20,6 +20,7 @@ SECTIONS = (
     "largest_batch",
     "input_pipeline",
     "data_scale",
+    "predict",
 )
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
 REFERENCE_PRECISION = "float32"
@@ -39,6 +40,7 @@ SECTION_SECONDS = {
     "largest_batch": 120.0,
     "input_pipeline": 60.0,
     "data_scale": 300.0,
+    "predict": 60.0,
 }
 
 

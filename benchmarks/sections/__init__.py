@@ -1,6 +1,6 @@
 """The sections of `mptfx bench`, one module each, in the order they run and results.md
 shows them: what a user needs to choose a training setup on this machine (precision, XLA,
-batch size, input pipeline, photo-scale data).
+batch size, input pipeline, photo-scale data) and what its predictions for new photos cost.
 
 Each module has a `SECTION` (a `base.Section`): the worker tasks it starts (a frozen
 parameters dataclass and a measure each, `tasks.Task`), its run step, its table and its
@@ -24,6 +24,7 @@ from benchmarks.sections import (
     host,
     input_pipeline,
     largest_batch,
+    predict,
     throughput,
 )
 from benchmarks.sections.base import Section, Suite
@@ -36,6 +37,7 @@ SECTIONS: tuple[Section, ...] = (
     largest_batch.SECTION,
     input_pipeline.SECTION,
     data_scale.SECTION,
+    predict.SECTION,
 )
 
 BENCH = Suite("mptfx bench", SECTIONS, "benchmarks.worker", SECTION_SECONDS)
