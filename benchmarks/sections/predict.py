@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from benchmarks.sections.base import Section, number, status_line
+from benchmarks.sections.base import Section, number, status_line, targets_table
 from benchmarks.sections.context import Context
 from benchmarks.sections.tasks import Task
 
@@ -120,12 +120,8 @@ class Predict(Section):
             "epoch on the photos first; agreement is each photo's class against "
             "`serving_default` fed the photo's file in a tf.Example.",
             "",
-            "| target | measured | target | verdict |",
-            "|---|---:|---|---|",
         ]
-        lines += [f"| {what} | {measured} | {target} | {verdict} |"
-                  for what, measured, target, verdict in targets(entry)]
-        return lines + [""]
+        return lines + targets_table(targets(entry))
 
     def verdicts(self, results: dict[str, Any]) -> list[str]:
         entry = results.get(self.name) or {}

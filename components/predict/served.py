@@ -20,14 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from components.serving.models_config import (
-    STABLE,
-    models_config_path,
-    read_labels,
-    served_model_names,
-)
+from components.serving.models_config import STABLE, models_config_path, served_model_names
+from components.serving.rollout import ServingTarget
 
-_SAVED_MODEL_FILE = "saved_model.pb"
 _TFLITE_LABELS = "labels.txt"
 _VOLUMES_SIGNATURE = "predict_volumes"
 
@@ -40,23 +35,19 @@ class ModelChoiceError(ValueError):
 class VersionChoice:
     """One pushed version: `<serving_dir>/<model>/<version>/`, and how it was chosen."""
 
-    serving_dir: Path
-    model: str
+    target: ServingTarget
     version: int
     how: str  # "stable", "label canary", "version 3"
 
     @property
+    def model(self) -> str:
+        """The served model's name."""
+        return self.target.model_name
+
+    @property
     def saved_model_dir(self) -> Path:
         """The SavedModel TF Serving loads for it."""
-        return self.serving_dir / self.model / str(self.version)
-
-
-def _pushed(serving_dir: Path, model: str) -> list[int]:
-    base = serving_dir / model
-    if not base.is_dir():
-        return []
-    return sorted(int(p.name) for p in base.iterdir()
-                  if p.name.isdigit() and (p / _SAVED_MODEL_FILE).exists())
+        return Path(self.target.base_path) / str(self.version)
 
 
 def _model_name(serving_dir: Path, model: str | None, preferred: str | None) -> str:
@@ -64,7 +55,7 @@ def _model_name(serving_dir: Path, model: str | None, preferred: str | None) -> 
     if model is None and len(served) > 1 and preferred in served:
         model = preferred
     if model is not None:
-        if model not in served and not _pushed(serving_dir, model):
+        if model not in served and not ServingTarget(serving_dir, model).pushed_versions():
             raise ModelChoiceError(f"--model {model}: {serving_dir} serves "
                                    f"{', '.join(served) or 'no model'}")
         return model
@@ -89,25 +80,24 @@ def choose_version(serving_dir: str | os.PathLike, model: str | None = None,
         ModelChoiceError: naming the models, labels or versions there are.
     """
     serving_dir = Path(serving_dir)
-    name = _model_name(serving_dir, model, preferred)
-    pushed = _pushed(serving_dir, name)
+    target = ServingTarget(serving_dir, _model_name(serving_dir, model, preferred))
+    name, pushed = target.model_name, target.pushed_versions()
     if version is not None:
         if version not in pushed:
             raise ModelChoiceError(f"--version {version}: {name} has no version {version} in "
-                                   f"{serving_dir / name}; pushed versions: "
+                                   f"{target.base_path}; pushed versions: "
                                    f"{', '.join(map(str, pushed)) or 'none'}")
-        return VersionChoice(serving_dir, name, version, f"version {version}")
-    labels = read_labels(models_config_path(serving_dir), name).as_dict()
+        return VersionChoice(target, version, f"version {version}")
+    labels = target.labels().as_dict()
     wanted = label or STABLE
     if wanted not in labels:
         shown = ", ".join(f"{k} {v}" for k, v in labels.items()) or "none"
-        raise ModelChoiceError(f"{name} has no label {wanted!r} in "
-                               f"{models_config_path(serving_dir)} (labels: {shown})")
+        raise ModelChoiceError(f"{name} has no label {wanted!r} in {target.config_path} "
+                               f"(labels: {shown})")
     if labels[wanted] not in pushed:
         raise ModelChoiceError(f"{name} label {wanted} points at version {labels[wanted]}, "
-                               f"which is not in {serving_dir / name}")
-    return VersionChoice(serving_dir, name, labels[wanted],
-                         STABLE if wanted == STABLE else f"label {wanted}")
+                               f"which is not in {target.base_path}")
+    return VersionChoice(target, labels[wanted], STABLE if wanted == STABLE else f"label {wanted}")
 
 
 @dataclass
