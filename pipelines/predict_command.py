@@ -9,14 +9,16 @@ INPUT is an image file, a folder (walked in sorted order) or a TFRecord file of 
 version in `<serving_dir>/models.config` unless `--version` or `--label` says otherwise, as
 a SavedModel, or its published TF Lite `--tflite` variant. Rows go to stdout (or
 `--output`) as they are answered; the progress line and the last line go to stderr. Exit
-codes (components/errors.py): 0 every input predicted, 5 some inputs had no prediction
-(their rows say why), 2 usage (a missing input, no served model, an unknown label, version
-or variant), 130 interrupted. Nothing heavy is imported until the command runs.
+codes (components/errors.py): 0 every input predicted (or the reader of stdout stopped
+early, as `| head` does), 5 some inputs had no prediction (their rows say why), 2 usage
+(a missing input, no served model, an unknown label, version or variant), 130
+interrupted. Nothing heavy is imported until the command runs.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -169,6 +171,11 @@ def command_predict(args: argparse.Namespace) -> int:
         raise UsageError(f"predict: --output {args.output}: {error.strerror}") from None
     try:
         _write_rows(args, sources, predictor, out, progress)
+    except BrokenPipeError:
+        # The reader stopped early (`| head`): it has what it wanted; no traceback, and no
+        # second error when Python flushes stdout on its way out.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
     finally:
         progress.close()
         if out is not sys.stdout:

@@ -155,3 +155,26 @@ def test_a_photo_s_own_file_in_a_rest_instances_body_answers_as_serving_default(
     expected = _serving_default_classes(serving_dir / model / str(version), files)
     assert [row["class_name"] for row in reply.json()["predictions"]] == [
         expected[str(f)] for f in files]
+
+
+def test_a_reader_that_stops_early_ends_predict_quietly(photos_run, tmp_path):
+    """`mptfx predict ... | head -2`: more rows than a pipe holds, the reader gone after two."""
+    import subprocess
+    import sys
+
+    from tests.conftest import RUN_DIR
+
+    photos, result = photos_run
+    serving_dir, _, _ = _published(result)
+    listed = tmp_path / "many.txt"
+    listed.write_text("\n".join([str(p) for p in sorted(photos.glob("*/*.jpg"))] * 25) + "\n")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "pipelines.cli", "predict", "--files-from", str(listed),
+         "--workspace", str(serving_dir.parent), "--batch-size", "16"],
+        cwd=RUN_DIR, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    head = [process.stdout.readline() for _ in range(2)]
+    process.stdout.close()
+    stderr = process.stderr.read()
+    assert process.wait(timeout=300) == 0, stderr
+    assert head[0] == "file,class,probability,error\n" and head[1].endswith(",\n")
+    assert "Traceback" not in stderr and "BrokenPipe" not in stderr, stderr
