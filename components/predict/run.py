@@ -10,7 +10,8 @@ for the same file) on every core in parallel, in order, then batched; the model 
 batch while the next ones decode. An element that cannot be read or decoded is dropped by
 the pipeline (`ignore_errors`), and the rows are walked in index order beside the results,
 so each missing index becomes a row with its reason (`sources.describe_*`) where it belongs.
-Nothing is held but the batches in flight: rows stream out as each batch is answered.
+Nothing is held but the listed names and the batches in flight: rows stream out as each
+batch is answered.
 """
 
 from __future__ import annotations
