@@ -21,6 +21,7 @@ SECTIONS = (
     "input_pipeline",
     "data_scale",
     "photo_quality",
+    "predict",
 )
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
 REFERENCE_PRECISION = "float32"
@@ -41,6 +42,7 @@ SECTION_SECONDS = {
     "input_pipeline": 60.0,
     "data_scale": 300.0,
     "photo_quality": 300.0,
+    "predict": 60.0,
 }
 
 

@@ -21,12 +21,20 @@ from benchmarks import commands as bench_commands
 from components.errors import EXIT_INTERRUPTED, EXIT_USAGE, UsageError
 from components.redact import redact_text
 from components.tracking import commands as tracking_commands
-from pipelines import doctor, k8s_commands, monitor_command, retrain, serve_commands, sweep
+from pipelines import (
+    doctor,
+    k8s_commands,
+    monitor_command,
+    predict_command,
+    retrain,
+    serve_commands,
+    sweep,
+)
 from pipelines.run_command import add_run_arguments, command_run
 
 # In the order of `mptfx --help`.
 COMMAND_MODULES = [retrain, k8s_commands, tracking_commands, sweep, bench_commands, doctor,
-                   serve_commands, monitor_command]
+                   serve_commands, predict_command, monitor_command]
 
 
 def build_parser() -> argparse.ArgumentParser:

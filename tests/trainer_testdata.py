@@ -24,10 +24,11 @@ LABEL_NAMES = [str(d) for d in range(10)]
 EVAL_FRACTION = 0.2
 
 
-def write_digits_examples(root: str, count: int, shard_mb: float | None = None) -> str:
+def write_digits_examples(root: str, count: int, shard_mb: float | None = None,
+                          encoding: str = "png") -> str:
     """Writes `count` real 8x8 digits with the Ingest's writer under root; returns the uri.
     `shard_mb` (default: the Ingest's) sets the shard size, so a small one gives each split
-    several files."""
+    several files; `encoding` ("png" or "jpeg") is how each image file is encoded."""
     import tensorflow as tf
     from sklearn.datasets import load_digits
 
@@ -44,13 +45,14 @@ def write_digits_examples(root: str, count: int, shard_mb: float | None = None) 
     images = np.round(digits.images * (255.0 / 16.0)).astype(np.uint8)[..., None]
     order = np.random.default_rng(0).permutation(len(images))[:count]
     num_eval = int(round(count * EVAL_FRACTION))
-    uri = os.path.join(root, "examples")
+    uri = os.path.join(root, "examples" if encoding == "png" else f"examples-{encoding}")
     sizes = {} if shard_mb is None else {"shard_mb": shard_mb}
     with SplitWriters(uri, [EVAL_SPLIT, TRAIN_SPLIT], **sizes) as writers:
         for split, indices in ((EVAL_SPLIT, order[:num_eval]), (TRAIN_SPLIT, order[num_eval:])):
             for i in indices:
                 label = int(digits.target[i])
-                image = DecodedImage(int(i), tf.io.encode_png(images[i]).numpy(), 8, 8, 1)
+                encode = tf.io.encode_jpeg if encoding == "jpeg" else tf.io.encode_png
+                image = DecodedImage(int(i), encode(images[i]).numpy(), 8, 8, 1)
                 writers.write(split, build_example(image, label, str(label),
                                                    f"{label}/img_{i:04d}.png"))
     write_json(labels_path(uri), {LABEL_NAMES_FIELD: LABEL_NAMES})

@@ -215,9 +215,11 @@ def test_the_infra_validator_loads_and_queries_the_candidate_before_the_push(dig
     infra = summary.infra
     assert infra.blessed is True and infra.checked is True and infra.reason is None
     assert infra.server == "model process" and infra.memory_limit == "4Gi"
-    assert infra.signatures == ["predict_images", "predict_normalized", "serving_default"]
-    # 2 warm-up records, 16 eval examples, zeros for predict_normalized
-    assert infra.requests == 19
+    assert infra.signatures == ["predict_image_bytes", "predict_images", "predict_normalized",
+                                "serving_default"]
+    # 3 warm-up records, 16 eval examples and their 16 image files, zeros for
+    # predict_normalized
+    assert infra.requests == 36
     assert 0 < infra.load_seconds <= 60 and 0 < infra.p50_ms <= infra.p99_ms <= 250
     assert 0 < infra.peak_rss_mb < 4096
     [line] = [line for line in digits_run[1].stderr.splitlines() if "infra:" in line]
