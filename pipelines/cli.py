@@ -16,12 +16,15 @@ from __future__ import annotations
 
 import argparse
 import sys
+import traceback
 
 from benchmarks import commands as bench_commands
 from components.errors import EXIT_INTERRUPTED, EXIT_USAGE, UsageError
 from components.redact import redact_text
 from components.tracking import commands as tracking_commands
 from pipelines import doctor, k8s_commands, monitor_command, retrain, serve_commands, sweep
+from pipelines.console import set_verbose
+from pipelines.os_errors import describe_os_error
 from pipelines.run_command import add_run_arguments, command_run
 
 # In the order of `mptfx --help`.
@@ -42,7 +45,22 @@ def build_parser() -> argparse.ArgumentParser:
     run.set_defaults(handler=command_run)
     for module in COMMAND_MODULES:
         module.register(commands)
+    _add_verbose(parser)
     return parser
+
+
+def _add_verbose(parser: argparse.ArgumentParser) -> None:
+    """`--verbose` on every command (the parsers without sub-commands of their own)."""
+    subcommands = [action for action in parser._actions
+                   if isinstance(action, argparse._SubParsersAction)]
+    if not subcommands:
+        parser.add_argument("--verbose", action="store_true",
+                            help="also show on the terminal what TensorFlow, TFX, Beam and "
+                            "MLflow print (else it goes only to the command's log file, "
+                            "if it keeps one)")
+    for action in subcommands:
+        for child in dict.fromkeys(action.choices.values()):
+            _add_verbose(child)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -54,15 +72,29 @@ def main(argv: list[str] | None = None) -> int:
 def dispatch(argv: list[str]) -> int:
     """Parse `argv` and run its sub-command in this process."""
     args = build_parser().parse_args(argv)
+    set_verbose(args.verbose)
     try:
         _refuse_blank_values(args, argv)
         return args.handler(args)
     except UsageError as error:
         print(f"mptfx: error: {redact_text(str(error))}", file=sys.stderr)
         return EXIT_USAGE
+    except OSError as error:  # a path the OS refused, or a full disk: name where
+        if args.verbose:
+            traceback.print_exc()
+        where = describe_os_error(error, _command_words(args))
+        print(f"mptfx: error: {redact_text(where)}", file=sys.stderr)
+        return EXIT_USAGE
     except KeyboardInterrupt:
         print("mptfx: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+
+
+def _command_words(args: argparse.Namespace) -> str:
+    """The command as typed, without its options: `serve render`, `k8s compile`."""
+    words = [args.command] + [value for name, value in vars(args).items()
+                              if name.endswith("_command") and isinstance(value, str)]
+    return " ".join(words)
 
 
 def _refuse_blank_values(args: argparse.Namespace, argv: list[str]) -> None:

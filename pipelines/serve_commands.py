@@ -23,7 +23,6 @@ import argparse
 import json
 import os
 import sys
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -229,10 +228,10 @@ def command_serve(args: argparse.Namespace) -> int:
     """`mptfx serve ACTION`."""
     from components.serving.models_config import ModelsConfigError
     from components.serving.rollout import check_and_repair
+    from pipelines.console import quiet_tensorflow
 
     # Before TensorFlow and MLflow are imported: a refusal must be the only line printed.
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    warnings.filterwarnings("ignore")
+    quiet_tensorflow()
     try:
         config, target, registry = _open(args)
         if args.serve_command == "check":
