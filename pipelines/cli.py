@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import sys
 import traceback
+from typing import Any
 
 from benchmarks import commands as bench_commands
 from components.errors import EXIT_INTERRUPTED, EXIT_USAGE, UsageError
@@ -32,9 +33,22 @@ COMMAND_MODULES = [retrain, k8s_commands, tracking_commands, sweep, bench_comman
                    serve_commands, monitor_command]
 
 
+class _Parser(argparse.ArgumentParser):
+    """A parser of the `mptfx` tree: each takes `--verbose` (sub-commands' parsers are made
+    of the parent's class). No default, so a `--verbose` given before a sub-command's name
+    is not reset by the sub-command's parser."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.add_argument("--verbose", action="store_true", default=argparse.SUPPRESS,
+                          help="also show on the terminal what TensorFlow, TFX, Beam and "
+                          "MLflow print (else it goes only to the command's log file, if it "
+                          "keeps one)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argparse tree of `mptfx` and its sub-commands."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="mptfx",
         description="Mixed-precision TFX pipeline: ingest, train, evaluate, publish.",
     )
@@ -45,22 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.set_defaults(handler=command_run)
     for module in COMMAND_MODULES:
         module.register(commands)
-    _add_verbose(parser)
     return parser
-
-
-def _add_verbose(parser: argparse.ArgumentParser) -> None:
-    """`--verbose` on every command (the parsers without sub-commands of their own)."""
-    subcommands = [action for action in parser._actions
-                   if isinstance(action, argparse._SubParsersAction)]
-    if not subcommands:
-        parser.add_argument("--verbose", action="store_true",
-                            help="also show on the terminal what TensorFlow, TFX, Beam and "
-                            "MLflow print (else it goes only to the command's log file, "
-                            "if it keeps one)")
-    for action in subcommands:
-        for child in dict.fromkeys(action.choices.values()):
-            _add_verbose(child)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -72,7 +71,8 @@ def main(argv: list[str] | None = None) -> int:
 def dispatch(argv: list[str]) -> int:
     """Parse `argv` and run its sub-command in this process."""
     args = build_parser().parse_args(argv)
-    set_verbose(args.verbose)
+    verbose = getattr(args, "verbose", False)
+    set_verbose(verbose)
     try:
         _refuse_blank_values(args, argv)
         return args.handler(args)
@@ -80,7 +80,7 @@ def dispatch(argv: list[str]) -> int:
         print(f"mptfx: error: {redact_text(str(error))}", file=sys.stderr)
         return EXIT_USAGE
     except OSError as error:  # a path the OS refused, or a full disk: name where
-        if args.verbose:
+        if verbose:
             traceback.print_exc()
         where = describe_os_error(error, _command_words(args))
         print(f"mptfx: error: {redact_text(where)}", file=sys.stderr)
