@@ -211,12 +211,7 @@ def _run(
         base["trigger"] = plan.trigger
     if plan.skip_reason:
         print(f"mptfx {command} {run_id}: {plan.skip_reason}; nothing to do", file=out)
-        summary = RunSummary.parse({
-            **base, "status": "skipped", "reason": plan.skip_reason, "components": {},
-            "wall_seconds": round(time.monotonic() - started, 2)})
-        stage.enter("writing summary.json", summary.summary_path)
-        summary.write()
-        return summary, False
+        return _skipped(base, plan.skip_reason, started, stage), False
 
     from components import tracking
 
@@ -245,25 +240,45 @@ def _run(
         base["failed_component"] = progress.failed_component
         base["error"] = str(disk_full) if disk_full else (
             f"{progress.failed_component or 'pipeline'} failed: {redact_text(one_line(error))}")
+    try:
+        summary = _summarize(pipeline, config, run_id, progress, base, started,
+                             plan.after_run if error is None else None, stage)
+    except Exception:  # on a full disk, the summary is written only if it still fits
+        if disk_full is None:
+            raise
+        logging.getLogger("mptfx").exception("no summary for a run stopped by a full disk")
+    if disk_full is not None:  # the component's line, not a second one about MLflow's store
+        raise disk_full
+    stage.enter("recording the run in MLflow", tracking_store.uri)
+    tracking.log_run(tracking_store, summary, out, tracking_ready)  # sets summary.mlflow
+    return summary, isinstance(error, KeyboardInterrupt)
+
+
+def _skipped(base: dict[str, Any], reason: str, started: float, stage: Stage) -> RunSummary:
+    """summary.json of a run that had nothing to do (retrain: no new span), written."""
+    summary = RunSummary.parse({**base, "status": "skipped", "reason": reason,
+                                "components": {},
+                                "wall_seconds": round(time.monotonic() - started, 2)})
+    stage.enter("writing summary.json", summary.summary_path)
+    summary.write()
+    return summary
+
+
+def _summarize(pipeline: Any, config: Config, run_id: str, progress: Any, base: dict[str, Any],
+               started: float, after_run: Callable[[RunSummary], None] | None,
+               stage: Stage) -> RunSummary:
+    """summary.json from ML Metadata and the timings, written after `after_run` saw it."""
     from pipelines.summary import build_summary, collect_outputs
 
     nodes = collect_outputs(pipeline.metadata_connection_config, config.pipeline.name, run_id)
     timings = {name: t.seconds for name, t in progress.timings.items()}
     summary = build_summary(nodes, timings, base, model_name=config.model.name)
     summary.wall_seconds = round(time.monotonic() - started, 2)
-    if plan.after_run is not None and error is None:
-        plan.after_run(summary)
+    if after_run is not None:
+        after_run(summary)
     stage.enter("writing summary.json", summary.summary_path)
-    try:
-        summary.write()
-    except OSError:
-        if disk_full is None:
-            raise
-    if disk_full is not None:  # the component's line, not a second one about MLflow's store
-        raise disk_full
-    stage.enter("recording the run in MLflow", tracking_store.uri)
-    tracking.log_run(tracking_store, summary, out, tracking_ready)  # sets summary.mlflow
-    return summary, isinstance(error, KeyboardInterrupt)
+    summary.write()
+    return summary
 
 
 def _run_components(pipeline: Any, run_id: str, out: TextIO, stage: Stage,
