@@ -26,6 +26,9 @@ from typing import Any
 from components.run_summary import TRAINING_SUMMARY_FILE, RunSummary
 
 # MLflow's limits for one param value and one tag value.
+# The run's summary.json (its folder holds pipeline.log and report.html): `mptfx compare`
+# links the report through it.
+SUMMARY_PATH_TAG = "mptfx.summary_path"
 _MAX_PARAM_LENGTH = 6000
 _MAX_TAG_LENGTH = 5000
 _VERSIONED_PACKAGES = {"tfx": "tfx", "tensorflow": "tensorflow", "mptfx": "mptfx",
@@ -283,7 +286,7 @@ def run_tags(
         "mptfx.pipeline": summary.pipeline,
         "mptfx.status": summary.status,
         "mptfx.workspace": summary.workspace,
-        "mptfx.summary_path": summary.summary_path,
+        SUMMARY_PATH_TAG: summary.summary_path,
         "mptfx.log_path": summary.log_path,
         "mptfx.error": summary.error,
         "mptfx.blessed": evaluation.blessed if evaluation.present() else None,
