@@ -20,6 +20,8 @@ SECTIONS = (
     "largest_batch",
     "input_pipeline",
     "data_scale",
+    "photo_quality",
+    "predict",
     "system_metrics",
 )
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
@@ -40,6 +42,8 @@ SECTION_SECONDS = {
     "largest_batch": 120.0,
     "input_pipeline": 60.0,
     "data_scale": 300.0,
+    "photo_quality": 300.0,
+    "predict": 60.0,
     "system_metrics": 180.0,
 }
 
@@ -68,6 +72,8 @@ class Preset:
     # seconds each timed round of the Trainer-input comparison lasts at most.
     data_scale_photos: int
     data_scale_input_seconds: float
+    # photo_quality: training photos per class (8 classes; issue 34's comparison: 250).
+    photo_quality_per_class: int
     pipeline_timeout_seconds: float
     profile_steps: int
     # Seconds the run aims to end within (0: no aim). Every selected section runs; the
@@ -97,6 +103,7 @@ QUICK = Preset(
     ingest_replicate=4,
     data_scale_photos=200,
     data_scale_input_seconds=4.0,
+    photo_quality_per_class=100,
     pipeline_timeout_seconds=600.0,
     profile_steps=10,
     time_budget_seconds=13 * 60,
@@ -120,6 +127,7 @@ FULL = Preset(
     ingest_replicate=10,
     data_scale_photos=2000,
     data_scale_input_seconds=15.0,
+    photo_quality_per_class=250,
     pipeline_timeout_seconds=1800.0,
     profile_steps=20,
     time_budget_seconds=0,

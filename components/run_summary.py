@@ -26,6 +26,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 SUMMARY_FILE = "summary.json"
+REPORT_FILE = "report.html"                      # the run report, beside summary.json
 TRAINING_SUMMARY_FILE = "training_summary.json"  # in the Trainer's model_run folder
 QUARANTINE_FILE = "quarantine.json"              # in the Ingest's quarantine artifact
 TFLITE_REPORT_FILE = "report.json"               # in the TFLite component's artifact

@@ -29,9 +29,36 @@ SEGMENTATION = "segmentation"
 TASKS = (CLASSIFICATION, SEGMENTATION)
 # Dimensions of one input example, without the channels: images (H, W), volumes (D, H, W).
 _SPATIAL_DIMS = {CLASSIFICATION: 2, SEGMENTATION: 3}
-# `model.params.weights`: a Keras weights file the Trainer loads after building any model.
-# Reserved: never passed to a builder.
+# `model.params.weights`: none, imagenet, or a Keras weights file the Trainer loads after
+# building the model (the whole model's, or its backbone's). Reserved: never passed to a builder.
 WEIGHTS_PARAM = "weights"
+NO_WEIGHTS = "none"
+IMAGENET = "imagenet"
+# A backbone built alone, as Keras Applications builds it: (input_shape, weights) -> Model.
+BackboneBuilder = Callable[[Sequence[int], "str | None"], keras.Model]
+
+
+@dataclasses.dataclass(frozen=True)
+class InputSizes:
+    """The input sides a model accepts and the ones `model.input_size: auto` picks from.
+
+    Attributes:
+        minimum: the smallest side it is built for (auto never picks less; smaller images
+            are upsampled to it).
+        multiple: auto rounds the images' side down to a multiple of this (the network's
+            total stride, so no feature map is cut unevenly).
+        auto_max: auto never picks more, whatever the images' size (the family's
+            documented cap: training cost grows with the square of the side).
+    """
+
+    minimum: int = 8
+    multiple: int = 1
+    auto_max: int = 64
+
+    def choose(self, side: int) -> int:
+        """The side auto picks for images whose median side is `side`."""
+        capped = min(int(side), self.auto_max)
+        return max(self.minimum, capped - capped % self.multiple)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,6 +69,10 @@ class RegisteredModel:
     task: str
     # The layers after the backbone (by name); () = the last layer with weights.
     head: tuple[str, ...] = ()
+    input_sizes: InputSizes = InputSizes()
+    # Keras Applications' backbone alone (the weights `imagenet` and `*_notop` files hold),
+    # whose weights are the model's first ones, in order; None: no pretrained backbone.
+    backbone: BackboneBuilder | None = None
 
     @property
     def input_rank(self) -> int:
@@ -53,12 +84,19 @@ _MODELS: dict[str, RegisteredModel] = {}
 
 
 def register_model(
-    name: str, task: str = CLASSIFICATION, head: Sequence[str] = ()
+    name: str,
+    task: str = CLASSIFICATION,
+    head: Sequence[str] = (),
+    input_sizes: InputSizes | None = None,
+    backbone: BackboneBuilder | None = None,
 ) -> Callable[[ModelBuilder], ModelBuilder]:
     """Returns a decorator that registers a model builder under `name`.
 
     `head` names the layers on top of the backbone (what `trainer.fine_tune` trains while
-    the backbone is frozen); by default the last layer with weights.
+    the backbone is frozen); by default the last layer with weights. `input_sizes` says
+    what `model.input_size: auto` may pick; `backbone` builds the pretrained backbone alone
+    (Keras Applications models), so `model.params.weights` can be `imagenet` or a
+    backbone-only file.
 
     A builder is called as `builder(input_shape, num_classes, **params)` and returns an
     uncompiled `keras.Model` whose output is float32: class probabilities for
@@ -76,7 +114,8 @@ def register_model(
             raise ValueError(
                 f"A model is already registered under this name. Received: name={name!r}"
             )
-        _MODELS[name] = RegisteredModel(builder, task, tuple(head))
+        _MODELS[name] = RegisteredModel(builder, task, tuple(head),
+                                        input_sizes or InputSizes(), backbone)
         return builder
 
     return decorator
@@ -96,6 +135,16 @@ def known_builder(name: str) -> ModelBuilder | None:
 def model_head(name: str) -> tuple[str, ...]:
     """The head layers' names registered for `name` (() = the last layer with weights)."""
     return _registered(name).head
+
+
+def model_input_sizes(name: str) -> InputSizes:
+    """The input sides registered for `name`."""
+    return _registered(name).input_sizes
+
+
+def model_backbone(name: str) -> BackboneBuilder | None:
+    """The pretrained backbone's builder registered for `name`, or None."""
+    return _registered(name).backbone
 
 
 def available_models() -> list[str]:

@@ -6,10 +6,15 @@ from collections.abc import Sequence
 
 import keras
 
-from models.registry import register_model
+from models.registry import InputSizes, register_model
+
+# Digits-sized images (8x8) are upsampled to 16x16 so that two poolings leave 4x4; two
+# poolings also make 4 the stride auto rounds to. Past 64 px the dense layer's inputs
+# (side/4)^2 x 64 grow too large: a larger photo wants photo_cnn.
+SEED_CNN_SIZES = InputSizes(minimum=16, multiple=4, auto_max=64)
 
 
-@register_model("seed_cnn", head=("dense", "logits"))
+@register_model("seed_cnn", head=("dense", "logits"), input_sizes=SEED_CNN_SIZES)
 def build_seed_cnn(
     input_shape: Sequence[int],
     num_classes: int,

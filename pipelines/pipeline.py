@@ -63,13 +63,13 @@ def _gate(floor: float, max_regression: float) -> tfma.MetricThreshold:
     )
 
 
-def build_eval_config(config: Config) -> tfma.EvalConfig:
+def build_eval_config(config: Config, data_kind: str = "images") -> tfma.EvalConfig:
     """TFMA: accuracy with an absolute floor and a regression bound against the baseline,
     per-class accuracy (= recall, by slicing on the label) and a confusion matrix.
 
     For a segmentation model: Dice instead (see `build_segmentation_eval_config`).
     """
-    if config.model.resolved_task() == SEGMENTATION:
+    if config.model.resolved_task(data_kind) == SEGMENTATION:
         return build_segmentation_eval_config(config)
     accuracy_threshold = _gate(config.evaluator.min_accuracy, config.evaluator.max_regression)
     return _eval_config(LABEL_KEY, [
@@ -217,7 +217,7 @@ def create_pipeline(
         model=trainer.outputs["model"],
         baseline_model=model_resolver.outputs["model"],
         example_splits=[EVAL_SPLIT],
-        eval_config=build_eval_config(config),
+        eval_config=build_eval_config(config, data.kind),
     )
 
     # The blessed candidate loaded and queried as TF Serving will serve it (components/infra/).
@@ -266,7 +266,7 @@ def create_pipeline(
         pusher,
         tflite,
     ]
-    if config.model.resolved_task() == SEGMENTATION:
+    if config.model.resolved_task(data.kind) == SEGMENTATION:
         components.remove(tflite)
     return tfx.dsl.Pipeline(
         pipeline_name=config.pipeline.name,

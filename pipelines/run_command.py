@@ -141,6 +141,11 @@ def _print_summary(summary: RunSummary, out: TextIO) -> None:
         ("data", f"{'?' if data.images is None else data.images} images, "
                  f"{quarantined} quarantined"),
     ]
+    if trainer.present() and trainer.model_extra and trainer.model_extra.get("model_reason"):
+        extra = trainer.model_extra
+        size = "x".join(str(v) for v in extra.get("input_size") or [])
+        facts.append(("model", f"{trainer.model} at {size} ({extra['model_reason']}; "
+                      f"{extra.get('input_size_reason')})"))
     if trainer.present():
         xla = "on" if trainer.xla else "off"
         facts.append(("trainer", f"{trainer.model} {trainer.precision} "

@@ -23,7 +23,6 @@ import argparse
 import json
 import os
 import sys
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +85,7 @@ def register(commands: Any) -> None:
 def _open(args: argparse.Namespace) -> tuple[Any, Any, Any]:
     """The config, the ServingTarget and the RegistryView the verbs work on."""
     from components.serving.rollout import RegistryView, ServingTarget
+    from components.tracking.reader import open_reader, sqlite_path
     from components.tracking.store import (
         is_local_uri,
         local_store_uri,
@@ -104,14 +104,16 @@ def _open(args: argparse.Namespace) -> tuple[Any, Any, Any]:
     target = ServingTarget(serving_dir, _model_name(config, serving_dir))
     uri = (args.tracking_uri or requested_tracking_uri(config.tracking.uri, os.environ)
            or local_store_uri(workspace))
-    client = None
+    reader = None
     if config.tracking.register_model:
-        database = uri[len("sqlite:///"):] if uri.startswith("sqlite:///") else None
+        database = sqlite_path(uri)
         if not is_local_uri(uri):
             require_reachable(uri, config.tracking.connect_timeout_seconds)
-        if database is None or Path(database).exists():
-            client = mlflow_client(uri)
-    return config, target, RegistryView.open(client, target.model_name)
+        if database is None or database.exists():
+            reader = open_reader(uri)
+    # MLflow itself is imported only when an alias moves or a rollout is recorded.
+    return config, target, RegistryView.open(reader, target.model_name,
+                                             connect=lambda: mlflow_client(uri))
 
 
 def _model_name(config: Config, serving_dir: Path) -> str:
@@ -229,10 +231,10 @@ def command_serve(args: argparse.Namespace) -> int:
     """`mptfx serve ACTION`."""
     from components.serving.models_config import ModelsConfigError
     from components.serving.rollout import check_and_repair
+    from pipelines.console import quiet_tensorflow
 
     # Before TensorFlow and MLflow are imported: a refusal must be the only line printed.
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    warnings.filterwarnings("ignore")
+    quiet_tensorflow()
     try:
         config, target, registry = _open(args)
         if args.serve_command == "check":

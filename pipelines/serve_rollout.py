@@ -95,7 +95,7 @@ def _route_writer(args: argparse.Namespace, config: Config):
 
 def _recorder_factory(args: argparse.Namespace, config: Config, registry: Any):
     """MLflow records the rollout in the pipeline's experiment, beside its runs."""
-    if registry.client is None:
+    if registry.reader is None:
         return None
     from components.tracking.rollout_record import RolloutRun
     from components.tracking.store import LOCAL_ARTIFACTS_DIR, is_local_uri

@@ -27,6 +27,9 @@ class DataSelection:
     span_dirs: list[str] = field(default_factory=list)
     span: int = 0
     spans: list[int] = field(default_factory=list)
+    # "images" (class folders), "tfrecords" or "volumes": what `model.name: auto` reads
+    # before the Ingest to lay out the pipeline (a segmentation model's Evaluator).
+    kind: str = "images"
 
     @property
     def folders(self) -> list[str]:

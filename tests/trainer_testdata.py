@@ -24,19 +24,21 @@ LABEL_NAMES = [str(d) for d in range(10)]
 EVAL_FRACTION = 0.2
 
 
-def write_digits_examples(root: str, count: int, shard_mb: float | None = None) -> str:
+def write_digits_examples(root: str, count: int, shard_mb: float | None = None,
+                          encoding: str = "png") -> str:
     """Writes `count` real 8x8 digits with the Ingest's writer under root; returns the uri.
     `shard_mb` (default: the Ingest's) sets the shard size, so a small one gives each split
-    several files."""
+    several files; `encoding` ("png" or "jpeg") is how each image file is encoded."""
     import tensorflow as tf
     from sklearn.datasets import load_digits
 
     digits = load_digits()
     images = np.round(digits.images * (255.0 / 16.0)).astype(np.uint8)[..., None]
     order = np.random.default_rng(0).permutation(len(images))[:count]
-    encoded = [(tf.io.encode_png(images[i]).numpy(), int(digits.target[i]), (8, 8, 1))
-               for i in order]
-    return _write_examples(root, encoded, LABEL_NAMES, "png", shard_mb)
+    encode = tf.io.encode_jpeg if encoding == "jpeg" else tf.io.encode_png
+    encoded = [(encode(images[i]).numpy(), int(digits.target[i]), (8, 8, 1)) for i in order]
+    folder = "examples" if encoding == "png" else f"examples-{encoding}"
+    return _write_examples(root, encoded, LABEL_NAMES, "png", shard_mb, folder)
 
 
 def write_photo_examples(root: str, count: int, size: int = 224) -> str:
@@ -59,9 +61,10 @@ def write_photo_examples(root: str, count: int, size: int = 224) -> str:
 
 
 def _write_examples(root: str, encoded: list[tuple[bytes, int, tuple[int, ...]]],
-                    label_names: list[str], extension: str, shard_mb: float | None = None) -> str:
-    """Writes (file bytes, label, (height, width, channels)) with the Ingest's writer, the
-    first EVAL_FRACTION to the eval split; returns the Examples uri."""
+                    label_names: list[str], extension: str, shard_mb: float | None = None,
+                    folder: str = "examples") -> str:
+    """Writes (file bytes, label, (height, width, channels)) with the Ingest's writer under
+    `root/folder`, the first EVAL_FRACTION to the eval split; returns the Examples uri."""
     from components.examples_format import (
         EVAL_SPLIT,
         LABEL_NAMES_FIELD,
@@ -72,7 +75,7 @@ def _write_examples(root: str, encoded: list[tuple[bytes, int, tuple[int, ...]]]
     from components.ingest.writer import SplitWriters, build_example, write_json
 
     num_eval = int(round(len(encoded) * EVAL_FRACTION))
-    uri = os.path.join(root, "examples")
+    uri = os.path.join(root, folder)
     sizes = {} if shard_mb is None else {"shard_mb": shard_mb}
     with SplitWriters(uri, [EVAL_SPLIT, TRAIN_SPLIT], **sizes) as writers:
         for i, (data, label, shape) in enumerate(encoded):
@@ -85,7 +88,7 @@ def _write_examples(root: str, encoded: list[tuple[bytes, int, tuple[int, ...]]]
 
 
 def fn_args_dict(examples_uri: str, out: str, model: str = "seed_cnn",
-                 input_size: tuple[int, int] = (8, 8), params: dict | None = None,
+                 input_size: tuple[int, int] | str = (8, 8), params: dict | None = None,
                  **trainer: object) -> dict:
     """The FnArgs fields run_fn reads, as a JSON-able dict (see `make_fn_args`)."""
     from components.examples_format import EVAL_SPLIT, TRAIN_SPLIT, split_dir
@@ -99,7 +102,8 @@ def fn_args_dict(examples_uri: str, out: str, model: str = "seed_cnn",
         "base_model": trainer.pop("base_model", None),
         "custom_config": {
             "data": {"channels": "auto"},
-            "model": {"name": model, "input_size": list(input_size), "params": params or {}},
+            "model": {"name": model, "params": params or {},
+                      "input_size": input_size if input_size == "auto" else list(input_size)},
             "trainer": {"epochs": 2, "batch_size": 32, "precision": "float32", **trainer},
             "export": {"serving_precision": "float32"},
         },

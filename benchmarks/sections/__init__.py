@@ -1,6 +1,7 @@
 """The sections of `mptfx bench`, one module each, in the order they run and results.md
 shows them: what a user needs to choose a training setup on this machine (precision, XLA,
-batch size, input pipeline, photo-scale data).
+batch size, input pipeline, photo-scale data, the photo model's quality) and what its
+predictions for new photos cost.
 
 Each module has a `SECTION` (a `base.Section`): the worker tasks it starts (a frozen
 parameters dataclass and a measure each, `tasks.Task`), its run step, its table and its
@@ -24,6 +25,8 @@ from benchmarks.sections import (
     host,
     input_pipeline,
     largest_batch,
+    photo_quality,
+    predict,
     system_metrics,
     throughput,
 )
@@ -37,6 +40,8 @@ SECTIONS: tuple[Section, ...] = (
     largest_batch.SECTION,
     input_pipeline.SECTION,
     data_scale.SECTION,
+    photo_quality.SECTION,
+    predict.SECTION,
     system_metrics.SECTION,
 )
 

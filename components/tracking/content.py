@@ -28,6 +28,9 @@ from typing import Any
 from components.run_summary import TRAINING_SUMMARY_FILE, RunSummary
 
 # MLflow's limits for one param value and one tag value.
+# The run's summary.json (its folder holds pipeline.log and report.html): `mptfx compare`
+# links the report through it.
+SUMMARY_PATH_TAG = "mptfx.summary_path"
 _MAX_PARAM_LENGTH = 6000
 _MAX_TAG_LENGTH = 5000
 _VERSIONED_PACKAGES = {"tfx": "tfx", "tensorflow": "tensorflow", "mptfx": "mptfx",
@@ -128,9 +131,17 @@ def run_params(summary: RunSummary, training: Mapping[str, Any]) -> dict[str, st
                          if trainer.get(k) is not None),
                         requested.get("grad_accum_steps", 1))
     loss_scale = _mapping(trainer.get("loss_scale"))
+    schedule = _mapping(trainer.get("lr_schedule"))
+    start = _mapping(trainer.get("start_weights"))
     params: dict[str, Any] = {
         "model": trainer.get("model") or (config.get("model") or {}).get("name"),
+        "model_reason": trainer.get("model_reason"),
         "input_size": "x".join(str(v) for v in input_size) if input_size else None,
+        "input_size_reason": trainer.get("input_size_reason"),
+        "start_weights": start.get("source"),
+        "lr_schedule": schedule.get("schedule"),
+        "warmup_epochs": schedule.get("warmup_epochs"),
+        "label_smoothing": trainer.get("label_smoothing"),
         "channels": trainer.get("channels"),
         "precision": trainer.get("precision"),
         "precision_reason": trainer.get("precision_reason"),
@@ -282,7 +293,7 @@ def run_tags(
         "mptfx.pipeline": summary.pipeline,
         "mptfx.status": summary.status,
         "mptfx.workspace": summary.workspace,
-        "mptfx.summary_path": summary.summary_path,
+        SUMMARY_PATH_TAG: summary.summary_path,
         "mptfx.log_path": summary.log_path,
         "mptfx.error": summary.error,
         "mptfx.blessed": evaluation.blessed if evaluation.present() else None,

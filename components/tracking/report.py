@@ -22,10 +22,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from components.run_summary import RunSummary
+from components.run_summary import REPORT_FILE, RunSummary
 from components.tracking import report_figures as figures
 
-REPORT_FILE = "report.html"
+__all__ = ["ARTIFACT_DIR", "REPORT_FILE", "Report", "inlined_figures", "read_confusion_matrix",
+           "write_report"]
 ARTIFACT_DIR = "report"  # the MLflow artifact folder of the PNGs and report.html
 SYSTEM_SERIES = ("system/cpu_utilization_percentage", "system/system_memory_usage_megabytes",
                  "system/gpu_0_utilization_percentage", "system/gpu_0_memory_usage_megabytes")

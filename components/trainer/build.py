@@ -27,6 +27,7 @@ from components.trainer.precision import (
     find_recurrent_layers,
     recurrent_precision_warning,
 )
+from components.trainer.recipe import SparseCrossentropyWithSmoothing
 from components.trainer.training_model import TrainingModel
 from models import CLASSIFICATION, build_model
 from models.segmentation import DiceBCELoss, DiceCoefficient
@@ -63,16 +64,21 @@ def build_training_model(
 def compile_training_model(
     model: keras.Model,
     task: str,
-    learning_rate: float,
+    learning_rate: float | keras.optimizers.schedules.LearningRateSchedule,
     policy: str,
     loss_scale: LossScaleSection,
     grad_accum_steps: int,
     xla: bool,
+    label_smoothing: float = 0.0,
 ) -> None:
-    """Compiles with Adam (loss-scaled under float16, accumulating when asked), the task's
-    loss and metric, and XLA on or off. Call inside the strategy's scope."""
+    """Compiles with Adam (loss-scaled under float16, accumulating when asked) at
+    `learning_rate` (a float or a schedule, recipe.py), the task's loss (with
+    `label_smoothing` for classifiers) and metric, and XLA on or off. Call inside the
+    strategy's scope."""
     if task == CLASSIFICATION:
-        loss, metrics = keras.losses.SparseCategoricalCrossentropy(), ["accuracy"]
+        loss = (SparseCrossentropyWithSmoothing(label_smoothing) if label_smoothing
+                else keras.losses.SparseCategoricalCrossentropy())
+        metrics = [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
     else:
         loss, metrics = DiceBCELoss(), [DiceCoefficient()]
     model.compile(

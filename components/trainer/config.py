@@ -28,6 +28,7 @@ from pydantic import (
 
 # Decoded examples are kept in memory when they take at most this much (trainer.cache_max_mb).
 DEFAULT_CACHE_MAX_MB = 1024
+AUTO = "auto"
 SERVING_PRECISIONS = ("float32", "mixed")
 
 
@@ -46,8 +47,12 @@ class DataSection(StrictSection):
 
 
 class ModelSection(StrictSection):
-    name: str = "seed_cnn"
-    input_size: list[int] = Field(default_factory=lambda: [16, 16])
+    # "auto": chosen from the images the Ingest stored (models/choice.py): unet3d for volumes,
+    # seed_cnn for images under 32 px, photo_cnn for photos.
+    name: str = AUTO
+    # "auto": each side the images' median, rounded to what the model accepts and capped
+    # (models.registry.InputSizes); [H, W]: the Trainer resizes every image to it.
+    input_size: list[int] | Literal["auto"] = AUTO
     # Your own model: a Python file (local path, gs:// or s3://) defining `builder`
     # (input_shape, num_classes, **params) -> keras.Model; replaces `name` when set.
     module_file: str = ""
@@ -56,19 +61,26 @@ class ModelSection(StrictSection):
     # After module_file: the check below reads it (pydantic validates fields in this order).
     params: dict[str, Any] = Field(default_factory=dict)
 
-    def resolved_task(self) -> str:
-        """The task of the model that trains: `task` for a module file, else the registry's."""
+    def resolved_task(self, data_kind: str = "images") -> str:
+        """The task of the model that trains: `task` for a module file, else the registry's;
+        for `auto`, the data's (`data_kind` "volumes": segmentation, else classification)."""
         if self.module_file:
             return self.task
+        if self.name == AUTO:
+            return "segmentation" if data_kind == "volumes" else "classification"
         from models.registry import model_task  # deferred: imports TensorFlow
 
         return model_task(self.name)
 
+    def weights(self) -> str:
+        """`params.weights`: "none", "imagenet" or a weights file's path."""
+        return str(self.params.get("weights") or "none")
+
     @field_validator("input_size")
     @classmethod
-    def _two_positive_ints(cls, size: list[int]) -> list[int]:
-        if len(size) != 2 or min(size) < 1:
-            raise ValueError(f"input_size must be [height, width]. Received: {size}")
+    def _two_positive_ints(cls, size: list[int] | str) -> list[int] | str:
+        if size != AUTO and (len(size) != 2 or min(size) < 1):
+            raise ValueError(f"input_size must be [height, width] or auto. Received: {size}")
         return size
 
     @field_validator("name")
@@ -76,8 +88,9 @@ class ModelSection(StrictSection):
     def _registered(cls, name: str) -> str:
         from models.registry import available_models  # deferred: imports TensorFlow
 
-        if name not in available_models():
-            raise ValueError(f"unknown model {name!r}; available: {', '.join(available_models())}")
+        if name != AUTO and name not in available_models():
+            raise ValueError(f"unknown model {name!r}; available: auto, "
+                             f"{', '.join(available_models())}")
         return name
 
     @field_validator("params")
@@ -88,21 +101,39 @@ class ModelSection(StrictSection):
         # model check, which imports the file.
         from models.registry import WEIGHTS_PARAM, check_params  # deferred: imports TensorFlow
 
+        name = info.data.get("name")
+        module_file = info.data.get("module_file")
         if WEIGHTS_PARAM in params:
-            params = {**params, WEIGHTS_PARAM: _weights_file(params[WEIGHTS_PARAM])}
-        if "name" in info.data and not info.data.get("module_file"):
-            check_params(info.data["name"], params)
+            params = {**params, WEIGHTS_PARAM: _weights_value(params[WEIGHTS_PARAM], name,
+                                                              module_file)}
+        chosen = {k: v for k, v in params.items() if (k, v) != (WEIGHTS_PARAM, "none")}
+        if name == AUTO and chosen and not module_file:
+            raise ValueError(f"model.params {sorted(chosen)} belong to one model's builder: "
+                             "set model.name too (auto chooses the model from the data)")
+        if name and name != AUTO and not module_file:
+            check_params(name, params)
         return params
 
 
-def _weights_file(value: Any) -> str:
-    """`model.params.weights`: an existing Keras weights file (.weights.h5), made absolute
+def _weights_value(value: Any, name: str | None, module_file: str | None) -> str:
+    """`model.params.weights`: none, imagenet (a model with a pretrained backbone), or an
+    existing Keras weights file (`.weights.h5`, or Keras Applications' `.h5`), made absolute
     so that the Trainer reads the same file whatever its working directory."""
     import os
 
-    if not isinstance(value, str) or not value.endswith(".weights.h5"):
-        raise ValueError("model.params.weights must be the path of a Keras weights file "
-                         f"(*.weights.h5, as model.save_weights writes). Received: {value!r}")
+    from models.registry import IMAGENET, NO_WEIGHTS, available_models, model_backbone
+
+    if value in (NO_WEIGHTS, IMAGENET):
+        if value == IMAGENET and (module_file or name == AUTO
+                                  or (name in available_models() and not model_backbone(name))):
+            pretrained = [n for n in available_models() if model_backbone(n)]
+            raise ValueError("model.params.weights imagenet needs a model with a pretrained "
+                             f"backbone: set model.name to one of {', '.join(pretrained)}")
+        return value
+    if not isinstance(value, str) or not value.endswith(".h5"):
+        raise ValueError("model.params.weights must be none, imagenet or the path of a Keras "
+                         "weights file (*.weights.h5 as model.save_weights writes it, or a "
+                         f"Keras Applications *_notop.h5 file). Received: {value!r}")
     if "://" in value:
         return value  # gs://, s3://: read by the Trainer (tf.io.gfile)
     path = os.path.abspath(os.path.expanduser(value))
@@ -131,18 +162,31 @@ class FineTuneSection(StrictSection):
     """Transfer learning as in Keras' guide: train the new head on a frozen backbone, then
     unfreeze (part of) the backbone and train on at a lower learning rate."""
 
+    # auto: the recipe when the model starts from pretrained weights (model.params.weights:
+    # imagenet or a file), a third of the epochs (at least 1) frozen; off otherwise.
     # 0 = off (every layer trains from the first epoch). N >= 1: the first N epochs train the
     # head only; the backbone is frozen, its BatchNormalization layers in inference mode.
     # N = trainer.epochs: the backbone never unfreezes (feature extraction).
-    frozen_epochs: int = Field(0, ge=0)
-    # After the frozen epochs: "all" of the backbone, or its last K blocks (a ResNet's
-    # convN_blockM, else one weighted layer per block).
-    unfreeze: Annotated[int, Field(ge=1)] | Literal["all"] = "all"
-    # The learning rate after unfreezing: trainer.learning_rate x this.
+    frozen_epochs: Annotated[int, Field(ge=0)] | Literal["auto"] = AUTO
+    # After the frozen epochs: "all" of the backbone, its last K blocks (a ResNet's
+    # convN_blockM, a MobileNet's expanded_conv_N, ...; else one weighted layer per block),
+    # or auto: the top quarter of its blocks (at least 1).
+    unfreeze: Annotated[int, Field(ge=1)] | Literal["all", "auto"] = AUTO
+    # The learning rate after unfreezing: the schedule's rate x this.
     learning_rate_factor: float = Field(0.1, gt=0, le=1)
     # false (Keras' advice): BatchNormalization layers stay frozen, in inference mode, after
     # unfreezing too; true: they train (and use batch statistics) once unfrozen.
     train_batchnorm: bool = False
+
+
+class EarlyStoppingSection(StrictSection):
+    """Keras' EarlyStopping on the eval loss, restoring the best epoch's weights."""
+
+    # 0 = off. N: stop after N epochs without a lower eval loss; the weights of the epoch
+    # with the lowest eval loss are the ones exported.
+    patience: int = Field(0, ge=0)
+    # A lower eval loss counts only when it is lower by more than this.
+    min_delta: float = Field(0.0, ge=0)
 
 
 class TrainerSection(StrictSection):
@@ -170,7 +214,7 @@ class TrainerSection(StrictSection):
     cache_max_mb: int = Field(DEFAULT_CACHE_MAX_MB, ge=0)
     # Training images only: none; flip (random horizontal flip); crop_flip (random-resized-
     # crop, area 8-100 %, then a flip: the ResNet-50 recipe for photos); auto = crop_flip for
-    # the built-in resnet50 on 3-channel images, else none.
+    # colour images unless the model is seed_cnn, else none.
     augment: Literal["auto", "none", "flip", "crop_flip"] = "auto"
     # Under mixed_float16: "float32" keeps LSTM/GRU/SimpleRNN layers in float32 (a per-layer
     # policy); "policy" leaves them in float16 (with a warning naming them).
@@ -190,13 +234,25 @@ class TrainerSection(StrictSection):
     batch_lr_scaling: Literal["linear", "sqrt", "none"] = "linear"
     # Freeze the backbone for the first epochs, then unfreeze it (see FineTuneSection).
     fine_tune: FineTuneSection = Field(default_factory=FineTuneSection)
+    # The learning rate over the run: constant, or cosine decay to 0 at the last step (per
+    # step), both after a linear warm-up of warmup_epochs.
+    lr_schedule: Literal["constant", "cosine"] = "cosine"
+    # Linear warm-up from 0 to the learning rate, in epochs (fractions allowed); auto: 10 %
+    # of the epochs (1 to 5) with cosine or when batch_size auto scaled the learning rate
+    # up, else 0.
+    warmup_epochs: Annotated[float, Field(ge=0)] | Literal["auto"] = AUTO
+    # Cross-entropy against (1 - s) x one-hot + s / classes (classification only).
+    label_smoothing: float = Field(0.1, ge=0, lt=1)
+    # Stop when the eval loss stops improving; the best epoch's weights are exported.
+    early_stopping: EarlyStoppingSection = Field(default_factory=EarlyStoppingSection)
 
     @field_validator("fine_tune")
     @classmethod
     def _frozen_within_epochs(cls, fine_tune: FineTuneSection,
                               info: ValidationInfo) -> FineTuneSection:
         epochs = info.data.get("epochs")
-        if epochs is not None and fine_tune.frozen_epochs > epochs:
+        if epochs is not None and fine_tune.frozen_epochs != AUTO and \
+                fine_tune.frozen_epochs > epochs:
             raise ValueError(f"frozen_epochs ({fine_tune.frozen_epochs}) must be at most "
                              f"trainer.epochs ({epochs})")
         return fine_tune

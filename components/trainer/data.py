@@ -43,10 +43,13 @@ from components.examples_format import (
 
 # Decoded examples are kept in memory when they take at most this much (trainer.cache_max_mb).
 from components.trainer.config import DEFAULT_CACHE_MAX_MB
+from models.choice import ImageProfile
 
 _SHUFFLE_BUFFER = 10_000  # examples; the digits set fits whole
 _PARSE_BATCH = 64  # records parsed by one parse_example
 AUGMENTS = ("none", "flip", "crop_flip")
+# Models of small images that `augment: auto` leaves unaugmented.
+SMALL_IMAGE_MODELS = ("seed_cnn",)
 # Random-resized-crop as the Keras and NVIDIA ResNet-50 references sample it.
 _CROP_AREA = (0.08, 1.0)
 _CROP_ASPECT = (3 / 4, 4 / 3)
@@ -96,6 +99,32 @@ def _first_example_int(file_patterns: Sequence[str], key: str) -> int:
             return int(values[0])
         raise ValueError(f"First example has no '{key}' feature. Received: {files[0]}")
     raise ValueError(f"No examples in the first file. Received: {files[0]}")
+
+
+def read_image_profile(file_patterns: Sequence[str]) -> ImageProfile:
+    """The stored images' count, median height and width, and channels, from the `height`,
+    `width`, `channels` and `depth` features the Ingest wrote with every example (a volume's
+    height is its slices stacked: divided by its depth)."""
+    import numpy as np
+
+    spec = {key: tf.io.FixedLenFeature([], tf.int64, default_value=0)
+            for key in (HEIGHT_KEY, WIDTH_KEY, CHANNELS_KEY, DEPTH_KEY)}
+    dataset = tf.data.TFRecordDataset(list_files(file_patterns), compression_type=COMPRESSION)
+    columns: dict[str, list] = {key: [] for key in spec}
+    for batch in dataset.batch(4096).map(lambda records: tf.io.parse_example(records, spec)):
+        for key in spec:
+            columns[key].append(batch[key].numpy())
+    values = {key: np.concatenate(parts) if parts else np.zeros(0, np.int64)
+              for key, parts in columns.items()}
+    count = len(values[HEIGHT_KEY])
+    if not count:
+        raise ValueError(f"No examples. Received: file_patterns={list(file_patterns)}")
+    depth = values[DEPTH_KEY]
+    volumes = bool(depth.max() > 0)
+    heights = values[HEIGHT_KEY] // np.maximum(depth, 1) if volumes else values[HEIGHT_KEY]
+    return ImageProfile(images=count, height=int(np.median(heights)),
+                        width=int(np.median(values[WIDTH_KEY])),
+                        channels=int(np.max(values[CHANNELS_KEY])), volumes=volumes)
 
 
 def count_examples(file_patterns: Sequence[str]) -> int:
@@ -175,10 +204,11 @@ def check_augment(augment: str) -> str:
 
 
 def resolve_augment(augment: str, model_name: str, channels: int) -> str:
-    """trainer.augment as trained: "auto" is crop_flip for the built-in resnet50 on 3-channel
-    images (photos), else none; any other value as given (checked)."""
+    """trainer.augment as trained: "auto" is crop_flip for colour images (photos) unless the
+    model is the seed CNN (digits-sized images), else none; any other value as given
+    (checked)."""
     if augment == "auto":
-        return "crop_flip" if model_name == "resnet50" and channels == 3 else "none"
+        return "crop_flip" if channels == 3 and model_name not in SMALL_IMAGE_MODELS else "none"
     return check_augment(augment)
 
 

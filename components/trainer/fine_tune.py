@@ -29,8 +29,11 @@ from absl import logging
 from components.trainer.config import FineTuneSection
 
 # A Keras Applications block: ResNet's conv5_block3_1_conv, its stem conv1_conv / conv1_bn,
-# EfficientNet's block7a_..., MobileNetV2's block_16_...
-_BLOCK = re.compile(r"^(conv\d+_block\d+|conv\d+|block_?\d+[a-z]?)_")
+# EfficientNet's block7a_... (stem_..., top_...), MobileNetV2's block_16_..., MobileNetV3's
+# expanded_conv_10_... (conv_1 / conv_1_bn), ConvNeXt's convnext_tiny_stage_3_block_2_...;
+# photo_cnn's block3_...
+_BLOCK = re.compile(r"^(conv\d+_block\d+|conv_?\d+|block_?\d+[a-z]?|expanded_conv(?:_\d+)?"
+                    r"|\w+?_stage_\d+_block_\d+|stem|top)_")
 
 
 def head_and_backbone(
@@ -104,10 +107,11 @@ class FineTuneCallback(keras.callbacks.Callback):
     Args:
         fine_tune: the `trainer.fine_tune` section (frozen_epochs >= 1).
         head_names: what `freeze_backbone` returned.
-        recompile: compiles the model again at the learning rate it is given, with the
-            loss scale to start from (None: the configured one); called inside the
-            strategy's scope, under the training policy.
-        learning_rate: the learning rate of the frozen epochs.
+        recompile: compiles the model again at the plan's learning rate times the factor it
+            is given, continuing the schedule from the epoch it is given, with the loss
+            scale to start from (None: the configured one); called inside the strategy's
+            scope, under the training policy.
+        learning_rate: the learning rate of the frozen epochs (the schedule's peak).
         data_spec: the training dataset's element_spec (the new metrics and optimizer are
             built from it before the next step is traced).
 
@@ -117,7 +121,7 @@ class FineTuneCallback(keras.callbacks.Callback):
     """
 
     def __init__(self, fine_tune: FineTuneSection, head_names: Sequence[str],
-                 recompile: Callable[[float, float | None], None], learning_rate: float,
+                 recompile: Callable[[float, int, float | None], None], learning_rate: float,
                  data_spec: object) -> None:
         super().__init__()
         self.fine_tune = fine_tune
@@ -139,14 +143,15 @@ class FineTuneCallback(keras.callbacks.Callback):
                                                  self.fine_tune.train_batchnorm)
         learning_rate = self.learning_rate * self.fine_tune.learning_rate_factor
         with model.distribute_strategy.scope():
-            self.recompile(learning_rate, scale)
+            self.recompile(self.fine_tune.learning_rate_factor, epoch, scale)
             model.build_compiled_state(self.data_spec)
         model.make_train_function(force=True)
         self.unfrozen_at_epoch = epoch + 1
         batchnorm = "trains" if self.fine_tune.train_batchnorm else "stays frozen"
         logging.info(
             "Trainer: fine_tune: epoch %d: unfroze %s of the backbone (%d layers; "
-            "BatchNormalization %s), learning rate %g", epoch + 1, self.fine_tune.unfreeze
+            "BatchNormalization %s), learning rate %g (peak, x the schedule)", epoch + 1,
+            self.fine_tune.unfreeze
             if self.fine_tune.unfreeze == "all" else f"the last {self.fine_tune.unfreeze} "
             "block(s)", len(self.unfrozen_layers), batchnorm, learning_rate,
         )

@@ -1,4 +1,5 @@
-"""The fit step: input pipelines, the model under the resolved policy, callbacks, `model.fit`.
+"""The fit step: input pipelines, the model under the resolved policy (starting weights,
+warm start, a frozen backbone), the recipe (recipe.py), callbacks, `model.fit`.
 
 Training resumes from its BackupAndRestore checkpoint after a kill (`backup_dir_for` says
 which folder is "the same training"); under MultiWorkerMirroredStrategy every worker runs
@@ -13,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import os
 import time
 from collections.abc import Mapping, Sequence
@@ -34,10 +36,17 @@ from components.trainer.callbacks import (
     TrainingStatsCallback,
 )
 from components.trainer.config import TrainerSection
-from components.trainer.fine_tune import FineTuneCallback, freeze_backbone
+from components.trainer.fine_tune import (
+    FineTuneCallback,
+    backbone_blocks,
+    freeze_backbone,
+    head_and_backbone,
+)
 from components.trainer.input_bound import InputWaitMeter
+from components.trainer.pretrained import StartWeights, load_start_weights
+from components.trainer.recipe import LearningRatePlan, resolve_fine_tune
 from components.trainer.runtime import Runtime, Task
-from components.trainer.warm_start import load_weights_file, warm_start_weights, weights_checksum
+from components.trainer.warm_start import warm_start_weights, weights_checksum
 from models.registry import WEIGHTS_PARAM, model_head
 
 if TYPE_CHECKING:  # importing TFX costs ~25 CPU seconds; only attributes are read
@@ -60,6 +69,10 @@ class FitResult:
         resumed_at_epoch: the epoch a BackupAndRestore checkpoint resumed at, or None.
         train_examples, eval_examples: examples in each split.
         train_seconds: wall time of `model.fit`.
+        start_weights: `model.params.weights` as loaded (None: random weights).
+        lr_plan: the learning rate over the run.
+        fine_tune: `trainer.fine_tune` as resolved (`auto` decided), and why.
+        early_stopping: best epoch, stopped epoch and restored flag, or None when off.
     """
 
     model: keras.Model
@@ -71,6 +84,22 @@ class FitResult:
     train_examples: int
     eval_examples: int
     train_seconds: float
+    start_weights: StartWeights | None = None
+    lr_plan: LearningRatePlan | None = None
+    fine_tune: dict[str, Any] | None = None
+    early_stopping: dict[str, Any] | None = None
+
+
+@dataclasses.dataclass
+class _Prepared:
+    """The model ready for fit, and what was decided on the way."""
+
+    model: keras.Model
+    start_weights: StartWeights | None
+    warm_started_from: str | None
+    initial_weights_checksum: str
+    fine_tune: FineTuneCallback | None
+    fine_tune_record: dict[str, Any]
 
 
 def fit_model(
@@ -84,16 +113,16 @@ def fit_model(
     extra_callbacks: Sequence[keras.callbacks.Callback] = (),
 ) -> FitResult:
     """Builds (or reuses the autotune probe's `probed_model`), loads `model.params.weights`,
-    warm-starts, freezes the backbone (`trainer.fine_tune`), compiles and trains the model;
-    TensorBoard logs go to `<model_run_dir>/logs`.
+    warm-starts, freezes the backbone (`trainer.fine_tune`), compiles with the recipe and
+    trains the model; TensorBoard logs go to `<model_run_dir>/logs`.
 
     Raises:
         MixedPrecisionLintError: the model is unsafe under the resolved precision.
         TrainingDivergedError: the loss stayed NaN/inf (see callbacks.DivergenceGuard).
+        WeightsUnavailableError: `model.params.weights: imagenet` cannot be had.
     """
-    seed = trainer.seed
     train_dataset, eval_dataset, train_examples, eval_examples = _datasets(
-        fn_args, task, runtime, seed, repeat=runtime.multi_worker,
+        fn_args, task, runtime, trainer.seed, repeat=runtime.multi_worker,
         cache_max_mb=float(trainer.cache_max_mb),
         augment=data_lib.resolve_augment(trainer.augment, task.model_name, task.channels),
         workers=pod_env.worker_position(tf_config) if runtime.multi_worker else None,
@@ -107,52 +136,29 @@ def fit_model(
             "steps_per_epoch": max(1, train_examples // runtime.global_batch_size),
             "validation_steps": max(1, eval_examples // runtime.global_batch_size),
         }
+    steps_per_epoch = fit_steps.get("steps_per_epoch") or math.ceil(
+        train_examples / runtime.global_batch_size)
+    # Scaled up (batch_size auto, scale_learning_rate): a larger batch, which wants a warm-up.
+    plan = LearningRatePlan.of(trainer, runtime.learning_rate,
+                               runtime.learning_rate > float(trainer.learning_rate),
+                               steps_per_epoch)
     backup_dir = backup_dir_for(fn_args, trainer, tf_config)
-
-    def recompile(learning_rate: float, loss_scale: float | None) -> None:
-        # Under the training policy and in the strategy's scope (fit_model's, or the fine-tune
-        # callback's); a dynamic loss scale carries over from before the recompile.
-        scaling = trainer.loss_scale
-        if loss_scale is not None and scaling.dynamic:
-            scaling = scaling.model_copy(update={"initial": float(loss_scale)})
-        compile_training_model(model, task.name, learning_rate, runtime.policy, scaling,
-                               trainer.grad_accum_steps, runtime.xla)
-
     throughput = ThroughputCallback(train_examples)
     epoch_history = EpochHistory(backup_dir)
+    early_stopping = _early_stopping(trainer)
     previous_policy = keras.mixed_precision.global_policy()
     keras.mixed_precision.set_dtype_policy(runtime.policy)
     try:
         with runtime.strategy.scope():
-            model = probed_model or build_training_model(
-                task.model_name, task.model_params, task.input_shape, task.num_classes,
-                runtime.policy, trainer.recurrent_precision,
-            )
-            weights_file = task.model_params.get(WEIGHTS_PARAM)
-            if weights_file:  # model.params.weights (a warm start below replaces them)
-                load_weights_file(model, str(weights_file), task.model_name, task.model_params,
-                                  task.input_shape, task.num_classes)
-            warm_started_from = None
-            if trainer.warm_start:
-                warm_started_from = warm_start_weights(
-                    model, task.model_name, task.model_params, task.input_shape,
-                    task.num_classes, getattr(fn_args, "base_model", None),
-                )
-            initial_weights_checksum = weights_checksum(model)
-            fine_tune = None
-            if trainer.fine_tune.frozen_epochs:
-                head = freeze_backbone(model, model_head(task.model_name))
-                fine_tune = FineTuneCallback(
-                    trainer.fine_tune, head, recompile, runtime.learning_rate,
-                    train_dataset.element_spec,
-                )
-            if probed_model is None or fine_tune is not None:
-                recompile(runtime.learning_rate, None)
-        callbacks = [*([fine_tune] if fine_tune else []),
+            prepared = _prepare_model(fn_args, trainer, runtime, task, probed_model, plan,
+                                      train_dataset.element_spec)
+        model = prepared.model
+        callbacks = [*([prepared.fine_tune] if prepared.fine_tune else []),
             throughput,
             input_wait.callback,
             TrainingStatsCallback(),
             DivergenceGuard(trainer.divergence_patience, runtime.learning_rate, runtime.policy),
+            *([early_stopping] if early_stopping else []),
             epoch_history,  # after the callbacks that add to the epoch logs
             # double_checkpoint: a kill while the checkpoint is written leaves the previous
             # one (.bkp), which Keras restores instead of failing every retry.
@@ -163,14 +169,8 @@ def fit_model(
         if CheckpointFault.wanted():  # crash tests only (components/faults.py)
             callbacks.insert(len(callbacks) - 1, CheckpointFault(backup_dir))  # after the backup
         train_started = time.perf_counter()
-        model.fit(
-            train_dataset,
-            validation_data=eval_dataset,
-            epochs=trainer.epochs,
-            callbacks=callbacks,
-            verbose=2,
-            **fit_steps,
-        )
+        model.fit(train_dataset, validation_data=eval_dataset, epochs=trainer.epochs,
+                  callbacks=callbacks, verbose=2, **fit_steps)
         train_seconds = time.perf_counter() - train_started
     finally:
         keras.mixed_precision.set_dtype_policy(previous_policy)
@@ -184,13 +184,85 @@ def fit_model(
         model=model,
         history=history,
         images_per_sec=throughput.images_per_sec,
-        warm_started_from=warm_started_from,
-        initial_weights_checksum=initial_weights_checksum,
+        warm_started_from=prepared.warm_started_from,
+        initial_weights_checksum=prepared.initial_weights_checksum,
         resumed_at_epoch=epoch_history.resumed_at_epoch,
         train_examples=train_examples,
         eval_examples=eval_examples,
         train_seconds=train_seconds,
+        start_weights=prepared.start_weights,
+        lr_plan=plan,
+        fine_tune=prepared.fine_tune_record,
+        early_stopping=_early_stopping_record(early_stopping, epochs_trained),
     )
+
+
+def _prepare_model(
+    fn_args: tfx.components.FnArgs, trainer: TrainerSection, runtime: Runtime, task: Task,
+    probed_model: keras.Model | None, plan: LearningRatePlan, data_spec: object,
+) -> _Prepared:
+    """In the strategy's scope, under the training policy: the model, its starting weights,
+    the frozen backbone and the compile with the recipe."""
+
+    def recompile(factor: float, start_epoch: int, loss_scale: float | None) -> None:
+        # Under the training policy and in the strategy's scope (here, or the fine-tune
+        # callback's); a dynamic loss scale carries over from before the recompile.
+        scaling = trainer.loss_scale
+        if loss_scale is not None and scaling.dynamic:
+            scaling = scaling.model_copy(update={"initial": float(loss_scale)})
+        compile_training_model(model, task.name, plan.learning_rate(factor, start_epoch),
+                               runtime.policy, scaling, trainer.grad_accum_steps, runtime.xla,
+                               trainer.label_smoothing if task.is_classification else 0.0)
+
+    model = probed_model or build_training_model(
+        task.model_name, task.model_params, task.input_shape, task.num_classes,
+        runtime.policy, trainer.recurrent_precision,
+    )
+    start = load_start_weights(model, str(task.model_params.get(WEIGHTS_PARAM) or ""),
+                               task.model_name, task.model_params, task.input_shape,
+                               task.num_classes)
+    warm_started_from = None
+    if trainer.warm_start:  # replaces the starting weights
+        warm_started_from = warm_start_weights(
+            model, task.model_name, task.model_params, task.input_shape,
+            task.num_classes, getattr(fn_args, "base_model", None),
+        )
+    initial_weights_checksum = weights_checksum(model)
+    head_names = model_head(task.model_name)
+    _, backbone = head_and_backbone(model, head_names)
+    fine_tune_plan, reason = resolve_fine_tune(trainer.fine_tune, trainer.epochs,
+                                               start is not None,
+                                               len(backbone_blocks(backbone)))
+    fine_tune = None
+    if fine_tune_plan.frozen_epochs:
+        head = freeze_backbone(model, head_names)
+        fine_tune = FineTuneCallback(fine_tune_plan, head, recompile, plan.peak, data_spec)
+    recompile(1.0, 0, None)
+    record = {"frozen_epochs": fine_tune_plan.frozen_epochs,
+              "unfreeze": fine_tune_plan.unfreeze,
+              "learning_rate_factor": fine_tune_plan.learning_rate_factor, "reason": reason}
+    return _Prepared(model, start, warm_started_from, initial_weights_checksum, fine_tune,
+                     record)
+
+
+def _early_stopping(trainer: TrainerSection) -> keras.callbacks.EarlyStopping | None:
+    """Keras' EarlyStopping on the eval loss, restoring the best weights (None when off)."""
+    settings = trainer.early_stopping
+    if not settings.patience:
+        return None
+    return keras.callbacks.EarlyStopping(monitor="val_loss", patience=settings.patience,
+                                         min_delta=settings.min_delta,
+                                         restore_best_weights=True)
+
+
+def _early_stopping_record(callback: keras.callbacks.EarlyStopping | None,
+                           epochs_trained: int) -> dict[str, Any] | None:
+    """training_summary.json's `early_stopping`: 1-based epochs."""
+    if callback is None:
+        return None
+    return {"best_epoch": callback.best_epoch + 1,
+            "stopped_epoch": callback.stopped_epoch + 1 if callback.stopped_epoch else None,
+            "epochs_trained": epochs_trained, "restored_best_weights": True}
 
 
 def _datasets(

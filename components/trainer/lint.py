@@ -7,7 +7,11 @@ Checked when the model is built, before any training step:
 2. every layer's variables are float32 under a mixed policy (float16 variables lose small
    updates), and every layer computes in the policy's compute dtype or in float32;
 3. every layer returns what it computes in: a custom layer that casts to another low
-   precision itself does not follow Keras autocasting.
+   precision itself does not follow Keras autocasting;
+4. no layer computes a softmax inside it (attention) in float16 or bfloat16: summed over
+   every token, exponentials in 11 (or 8) bits of mantissa lose the small attention
+   weights, and the scores before it overflow float16 (`keras.layers.MultiHeadAttention`
+   under a mixed policy does; models/vit.py's `SelfAttention` computes it in float32).
 
 Example:
 
@@ -82,6 +86,16 @@ def find_mixed_precision_problems(model: keras.Model, policy_name: str) -> list[
                 'pass dtype="float32" where full precision is needed'
             )
             continue
+        softmax = _low_precision_softmax(layer)
+        if mixed and softmax is not None:
+            problems.append(
+                f"{where} computes its softmax {softmax.name!r} in {softmax.compute_dtype} "
+                f"under {policy_name}: attention weights summed over every token lose "
+                "precision (and the scores overflow in float16). Fix: compute the "
+                'softmax in float32 (keras.layers.Softmax(dtype="float32"), as models.vit.'
+                'SelfAttention does), or build the layer with dtype="float32"'
+            )
+            continue
         for dtype in _output_dtypes(layer):
             if dtype in _FLOAT_DTYPES and dtype not in (layer.compute_dtype, "float32"):
                 problems.append(
@@ -100,6 +114,28 @@ def _layers(model: keras.Model) -> Iterator[keras.layers.Layer]:
         yield layer
         if isinstance(layer, keras.Model):
             yield from _layers(layer)
+
+
+def _low_precision_softmax(layer: keras.layers.Layer) -> keras.layers.Layer | None:
+    """A Softmax sublayer of `layer` (at any depth, e.g. MultiHeadAttention's) that computes
+    in less than float32, or None."""
+    for sublayer in _sublayers(layer):
+        if isinstance(sublayer, keras.layers.Softmax) and sublayer.compute_dtype in (
+                "float16", "bfloat16"):
+            return sublayer
+    return None
+
+
+def _sublayers(layer: keras.layers.Layer, seen: set[int] | None = None
+               ) -> Iterator[keras.layers.Layer]:
+    """The layers a layer holds as attributes (Keras tracks them so), depth first."""
+    seen = seen if seen is not None else {id(layer)}
+    for value in vars(layer).values():
+        for item in value if isinstance(value, (list, tuple)) else (value,):
+            if isinstance(item, keras.layers.Layer) and id(item) not in seen:
+                seen.add(id(item))
+                yield item
+                yield from _sublayers(item, seen)
 
 
 def _output_layers(model: keras.Model) -> Iterator[keras.layers.Layer]:

@@ -38,6 +38,9 @@ CHECK_BATCH = 2
 # Classes for the check build: the class count is known only after the Ingest; a model that
 # builds for 2 builds for any count.
 CHECK_CLASSES = 2
+# model.input_size auto: the check builds at this size (a model that builds there builds for
+# the photo sizes auto picks; a digits-only model is checked at its own size when given).
+AUTO_CHECK_SIZE = (32, 32)
 _LAYER_FIX = ("Fix: inside the layer's call(), compute in self.compute_dtype: cast constants "
               "and weights with ops.cast(x, self.compute_dtype)")
 
@@ -162,8 +165,9 @@ def check_configured_model(config: Config) -> list[str]:
     """`check_model_file` for a pipeline config's `model.module_file` (no-op without one).
 
     The policy is what the Trainer resolves from `trainer.precision` on this machine; the
-    input is `model.input_size` with `data.channels` (1 for "auto", the Ingest decides),
-    and for segmentation a cube of the slice height in depth, as synthetic volumes are.
+    input is `model.input_size` (32x32 for "auto", which the data decides; 16x16 for a
+    segmentation model) with `data.channels` (1 for "auto", the Ingest decides), and for
+    segmentation a cube of the slice height in depth, as synthetic volumes are.
 
     Raises:
         UserModelError: as `check_model_file`.
@@ -176,7 +180,10 @@ def check_configured_model(config: Config) -> list[str]:
     policy, _ = resolve_precision_policy(
         config.trainer.precision, describe_devices(), config.trainer.prefer_bfloat16
     )
-    height, width = (int(v) for v in model.input_size)
+    size = model.input_size
+    if size == "auto":
+        size = AUTO_CHECK_SIZE if model.task != SEGMENTATION else (16, 16)
+    height, width = (int(v) for v in size)
     channels = 1 if config.data.channels == "auto" else int(config.data.channels)
     shape = (height, width, channels)
     if model.task == SEGMENTATION:

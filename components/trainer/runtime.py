@@ -23,6 +23,7 @@ from components.trainer import strategy as strategy_lib
 from components.trainer.config import DataSection, StagedModelSection, TrainerSection
 from components.trainer.precision import describe_devices, resolve_precision_policy, resolve_xla
 from models import CLASSIFICATION, model_task
+from models.choice import ModelChoice, choose_model
 from models.user_module import resolve_model_name
 
 
@@ -96,6 +97,7 @@ class Task:
         channels: image channels.
         label_names: class names, index = class id.
         metric: the headline metric in the history, "accuracy" or "dice".
+        choice: the model and input size, and why (`auto` resolved from the data).
     """
 
     model_name: str
@@ -106,6 +108,7 @@ class Task:
     channels: int
     label_names: list[str]
     metric: str
+    choice: ModelChoice
 
     @property
     def is_classification(self) -> bool:
@@ -121,33 +124,39 @@ class Task:
 def resolve_task(
     model: StagedModelSection, data: DataSection, train_files: list[str]
 ) -> Task:
-    """Registers a user's module file, then reads labels, channels and (for volumes) the
-    volume shape from the train split.
+    """Registers a user's module file, reads labels and the stored images' sizes and
+    channels from the train split, and resolves `model.name` / `model.input_size` "auto"
+    from them (models/choice.py).
 
     Raises:
         ValueError: a segmentation model whose input_size is not the volumes' slice size.
     """
     # A user's module file (staged in the pipeline root) is imported and registered here;
     # everything after builds it by its registry name like any other model.
-    model_name = resolve_model_name(model.model_dump())
+    registered = resolve_model_name(model.model_dump()) if model.module_file else model.name
     if model.module_file:
-        logging.info("Trainer: model %s imported from %s", model_name, model.module_file)
-    task = model_task(model_name)
+        logging.info("Trainer: model %s imported from %s", registered, model.module_file)
     label_names = read_label_names(examples_uri_of(train_files))
     channels = resolve_channels(data.channels, train_files)
-    input_size = list(model.input_size)
+    profile = data_lib.read_image_profile(train_files)
+    choice = choose_model(registered, model.input_size, profile)
+    logging.info("Trainer: model %s (%s); input size %s (%s)", choice.name, choice.name_reason,
+                 "x".join(map(str, choice.input_size)), choice.input_size_reason)
+    task = model_task(choice.name)
+    input_size = choice.input_size
     if task == CLASSIFICATION:
-        return Task(model_name, dict(model.params), task, (*input_size, channels),
-                    len(label_names), channels, label_names, "accuracy")
+        return Task(choice.name, dict(model.params), task, (*input_size, channels),
+                    len(label_names), channels, label_names, "accuracy", choice)
     depth, height, width = data_lib.read_volume_shape(train_files)
     if [height, width] != input_size:
         raise ValueError(
-            f"model {model_name!r} segments whole volumes of {depth}x{height}x{width} "
+            f"model {choice.name!r} segments whole volumes of {depth}x{height}x{width} "
             f"voxels, so model.input_size must be their slice size [{height}, {width}]. "
             f"Received: input_size={input_size}; fix: --set model.input_size=[{height},{width}]"
+            " (or auto)"
         )
-    return Task(model_name, dict(model.params), task, (depth, height, width, channels), 2,
-                channels, label_names, "dice")
+    return Task(choice.name, dict(model.params), task, (depth, height, width, channels), 2,
+                channels, label_names, "dice", choice)
 
 
 def resolve_channels(setting: str, train_files: list[str]) -> int:

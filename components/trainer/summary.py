@@ -79,6 +79,13 @@ class TrainingSummary:
     autotune: dict[str, Any]
     batch_size_reason: str
     autotune_probe_seconds: float
+    model_reason: str
+    input_size_reason: str
+    start_weights: dict[str, Any] | None
+    lr_schedule: dict[str, Any] | None
+    label_smoothing: float
+    fine_tune: dict[str, Any] | None
+    early_stopping: dict[str, Any] | None
     # input_bound.assess: the share of step time waiting for input, the model alone's speed
     input_bound: dict[str, Any]
     metric: str  # "accuracy" or "dice"
@@ -143,9 +150,16 @@ class TrainingSummary:
             autotune=dict(tuning),
             batch_size_reason=tuning.get("batch_size_reason", "requested"),
             autotune_probe_seconds=tuning["probe_seconds"],
+            model_reason=task.choice.name_reason,
+            input_size_reason=task.choice.input_size_reason,
+            start_weights=fitted.start_weights.to_dict() if fitted.start_weights else None,
+            lr_schedule=fitted.lr_plan.to_dict() if fitted.lr_plan else None,
+            label_smoothing=trainer.label_smoothing if task.is_classification else 0.0,
+            fine_tune=fitted.fine_tune,
+            early_stopping=fitted.early_stopping,
             input_bound=dict(input_bound or {}),
             metric=task.metric,
-            final_metric=(history.get(f"val_{task.metric}") or [None])[-1],
+            final_metric=_final_metric(history, task.metric, fitted.early_stopping),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -165,6 +179,16 @@ class TrainingSummary:
         with tf.io.gfile.GFile(path, "w") as f:
             json.dump(self.to_dict(), f, indent=2)
         return path
+
+
+def _final_metric(history: Mapping[str, list], metric: str,
+                  early_stopping: Mapping[str, Any] | None) -> float | None:
+    """The eval metric of the weights exported: the last epoch's, or the best epoch's when
+    early stopping restored it."""
+    values = history.get(f"val_{metric}") or [None]
+    if early_stopping and early_stopping.get("best_epoch"):
+        return values[min(int(early_stopping["best_epoch"]), len(values)) - 1]
+    return values[-1]
 
 
 def _loss_scale_summary(

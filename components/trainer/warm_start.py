@@ -159,11 +159,14 @@ def weights_checksum(model: keras.Model) -> str:
     (`final_weights_checksum`), so anyone can check that a warm-started run began exactly
     from its base model's final weights, under any dtype policy.
     """
+    return arrays_checksum(model.get_weights())
+
+
+def arrays_checksum(arrays: list) -> str:
+    """sha256 over `arrays` as float32 bytes, in order (`weights_checksum` of a model's)."""
     import hashlib
 
-    import numpy as np
-
     digest = hashlib.sha256()
-    for weight in model.get_weights():
+    for weight in arrays:
         digest.update(np.asarray(weight, dtype=np.float32).tobytes())
     return digest.hexdigest()

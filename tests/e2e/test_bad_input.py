@@ -115,3 +115,69 @@ def test_unwritable_workspace_is_exit_2_naming_it(tmp_path):
     assert result.returncode == EXIT_USAGE
     assert _error_line(result.stderr) == (
         f"mptfx: error: workspace {workspace} is not writable: Permission denied")
+
+
+def test_imagenet_weights_without_a_network_stop_before_the_ingest(mptfx, tmp_path,
+                                                                  monkeypatch):
+    """`model.params.weights=imagenet` on a machine that has neither the file nor a network:
+    exit 2 before anything runs, one line naming the URL and where to place the file. The
+    network is made unreachable for Keras' download (urllib honours https_proxy), so the
+    result is the same on a machine that has one."""
+    monkeypatch.setenv("KERAS_HOME", str(tmp_path / "keras"))
+    monkeypatch.setenv("https_proxy", "http://127.0.0.1:9")
+    workspace = tmp_path / "ws"
+    result = mptfx("run", "--workspace", str(workspace),
+                   "--set", "model.name=mobilenet_v3_small",
+                   "--set", "model.params.weights=imagenet")
+    assert result.returncode == 2, result.stderr[-2000:]
+    errors = [line for line in result.stderr.splitlines() if line.startswith("mptfx: error:")]
+    assert len(errors) == 1, result.stderr[-2000:]
+    assert ("model.params.weights imagenet: cannot download https://storage.googleapis.com/"
+            "tensorflow/keras-applications/mobilenet_v3/") in errors[0]
+    cached = tmp_path / "keras" / "models" / \
+        "weights_mobilenet_v3_small_224_1.0_float_no_top_v2.h5"
+    assert f"place that file at {cached}" in errors[0]
+    assert not (workspace / "tfx").exists() and not list(workspace.rglob("Ingest"))
+
+
+def _on_a_small_disk(mount: Path, size: str, *args: str):
+    """`mptfx ARGS` with a real filesystem of `size` (tmpfs) mounted at `mount`, in a mount
+    namespace of its own (util-linux's unshare; as a user, inside a user namespace): the
+    mount is seen by that process only and goes when it exits."""
+    import os
+    import subprocess
+    import sys
+
+    mount.mkdir()
+    namespace = ["unshare", "--mount"] if os.geteuid() == 0 else [
+        "unshare", "--user", "--map-root-user", "--mount"]
+    probe = subprocess.run([*namespace, "mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs",
+                            str(mount)], capture_output=True, text=True, timeout=60)
+    if probe.returncode != 0:
+        reason = f"cannot mount a small filesystem here: {probe.stderr.strip()}"
+        if os.environ.get("CI") == "true":
+            pytest.fail(reason)
+        pytest.skip(reason)
+    script = 'mount -t tmpfs -o "size=$1" tmpfs "$2" && shift 2 && exec "$@"'
+    return subprocess.run([*namespace, "sh", "-c", script, "sh", size, str(mount),
+                           sys.executable, "-m", "pipelines.cli", *args],
+                          cwd=Path(__file__).resolve().parents[2], capture_output=True,
+                          text=True, timeout=600)
+
+
+def test_a_full_workspace_disk_names_the_component_the_path_and_the_space_left(tmp_path):
+    """A workspace on a 256 KiB filesystem: ML Metadata and the Ingest's examples do not fit
+    (MLflow's store is elsewhere, so what fills the disk is the pipeline's own output)."""
+    data = export_digits(tmp_path / "digits")
+    images = sorted(data.glob("*/*.png"))
+    disk = tmp_path / "disk"
+    result = _on_a_small_disk(disk, "256k", "run", "--workspace", str(disk / "ws"),
+                              "--data", str(data),
+                              "--set", f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}")
+    assert result.returncode == EXIT_USAGE, result.stderr[-2000:]
+    line = _error_line(result.stderr)
+    assert line.startswith("mptfx: error: no space left on device: Ingest could not write "
+                           f"{disk}/ws/tfx/digits/Ingest ("), line
+    assert f"free of 256 KiB on {disk} now" in line
+    assert f"full log: {disk}/ws/runs/" in line
+    assert sorted(data.glob("*/*.png")) == images  # the data is untouched

@@ -289,9 +289,17 @@ def test_run_on_the_server_has_params_epoch_metrics_tfma_metrics_and_tags(sweep,
     assert params["replicas"] == "1" and params["global_batch_size"] == "32"
     assert params["epochs"] == "2" and params["learning_rate"] == "0.001"
     assert params["gradient_accumulation_steps"] and params["device"]
-    for key in ("loss", "accuracy", "val_loss", "val_accuracy", "images_per_sec"):
+    for key in ("loss", "accuracy", "val_loss", "val_accuracy", "images_per_sec",
+                "learning_rate"):
         history = client.get_metric_history(run.info.run_id, key)
         assert sorted(m.step for m in history) == [0, 1], key
+    # The learning-rate curve: warmed up to the peak by the end of epoch 1 (auto: 1 epoch of
+    # 2), cosine-decayed to 0 at the last step.
+    rates = sorted(client.get_metric_history(run.info.run_id, "learning_rate"),
+                   key=lambda m: m.step)
+    assert [m.value for m in rates] == pytest.approx([0.001, 0.0], abs=1e-9)
+    assert params["lr_schedule"] == "cosine" and params["warmup_epochs"] == "1.0"
+    assert params["model_reason"] == "model.name" or params["model_reason"].startswith("auto")
     metrics = run.data.metrics
     assert metrics["eval/accuracy"] == fp32["eval"]["accuracy"]
     assert metrics["tfma/example_count"] == fp32["data"]["split_counts"]["eval"]

@@ -67,6 +67,11 @@ def _result(task: str, params: dict) -> dict | None:
                               "peak_rss_mb": 500.0},
         "data_scale_input": {"input_size": [224, 224], "batch_size": 64, "cores": 2,
                              "mptfx_images_per_sec": 900.0, "plain_images_per_sec": 1000.0},
+        "predict": {"status": "ok", "photo_bytes": 100, "photos": 10, "rows": 10, "errors": 0,
+                    "model": "seed_cnn", "input_size": [64, 64], "batch_size": 64,
+                    "cores": 2, "rounds": {"ours": [900.0], "plain": [1000.0]},
+                    "ours_images_per_sec": 900.0, "plain_images_per_sec": 1000.0,
+                    "ratio": 0.9, "agreement": 1.0, "disagreements": []},
         "trainer_overhead": {"model": "seed_cnn", "input_size": [16, 16], "batch_size": 32,
                              "precision": "float32", "xla": False, "epochs": 4, "rounds": 1,
                              "train_examples": 100, "plain_fit_images_per_sec": 2000.0,
@@ -81,6 +86,10 @@ def _result(task: str, params: dict) -> dict | None:
                                   "agreement_with_savedmodel": 1.0, "input_size": [16, 16],
                                   "eval_images": 363}]},
         "stock_tfx": {"pushed_versions": [1]},
+        "photo_quality_sets": {"train": {"root": "/photos", "photos": 80},
+                               "test": {"root": "/test", "photos": 40}},
+        "photo_quality_tutorial": PHOTO_RUN,
+        "photo_quality_mptfx": PHOTO_RUN,
         "system_metrics": {"model": "seed_cnn", "input_size": [16, 16], "batch_size": 32,
                            "precision": "float32", "xla": False, "rounds": 5, "steps": 100,
                            "window_seconds": 8.0, "sampling_interval": 2.0, "samples": 4,
@@ -88,6 +97,10 @@ def _result(task: str, params: dict) -> dict | None:
                                      "window_rates": [1000.0], "ratio": 1.0}],
                            "system_metrics_ratio": 1.0, "input_meter_ratio": 1.0},
     }[task]
+
+
+PHOTO_RUN = {"test_accuracy": 0.9, "seconds": 10.0, "val_accuracy": 0.9,
+             "eval_accuracy": 0.9, "input_size": [64, 64]}
 
 
 @pytest.fixture
@@ -153,7 +166,7 @@ def test_every_section_runs_and_sends_its_tasks_their_dataclass(bench, tmp_path)
     assert set(SECTIONS) <= set(results) and {"host", "data", "ingest"} <= set(results)
     assert 64 <= results["largest_batch"]["rows"][0]["largest"] <= 80  # probes fit to 80
     for heading in ("### Training throughput", "### auto check", "### Largest batch",
-                    "### Input pipeline", "### Data scale", "### Verdicts"):
+                    "### Input pipeline", "### Data scale", "### Predict", "### Verdicts"):
         assert heading in console  # the results.md it wrote, printed
     for instrument in ("MFU", "ceiling", "### Trainer overhead", "### Publication",
                        "### Pipeline", "stock TFX"):

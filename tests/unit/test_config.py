@@ -72,14 +72,28 @@ def test_trainer_custom_config_is_plain_json():
     ("pusher.model_name=  ", "has no value; give one"),
     ('pipeline.name=""', "'pipeline.name': String should match pattern"),
     ("data.image_size=[100000, 64]", "image_size sides must be at most 8192"),
-    ("model.params.dropuot=0.3", "Unknown parameter(s) for model 'seed_cnn'"),
-    ("model.params.dropout=high", "'dropout' of model 'seed_cnn' must be a float"),
+    ("model.params.dropout=0.3", "belong to one model's builder: set model.name too"),
+    ("model.params.weights=imagenet", "set model.name to one of convnext_tiny"),
+    ("model.params.weights=weights.bin", "must be none, imagenet or the path of a Keras"),
+    ("model.input_size=[64]", "input_size must be [height, width] or auto"),
+    ("model.name=resnet9000", "unknown model 'resnet9000'; available: auto,"),
 ])
 def test_strict_values_empty_source_and_model_params_fail_at_load(override, named):
     # Each of these used to pass the config and fail (or silently do the wrong thing)
     # later: epochs=true trained 1 epoch, an empty source ingested the current folder.
     with pytest.raises(ConfigError) as caught:
         load_config("configs/local.yaml", [override])
+    assert named in str(caught.value) and f"--set {override}" in str(caught.value)
+
+
+@pytest.mark.parametrize("override, named", [
+    ("model.params.dropuot=0.3", "Unknown parameter(s) for model 'seed_cnn'"),
+    ("model.params.dropout=high", "'dropout' of model 'seed_cnn' must be a float"),
+    ("model.params.weights=imagenet", "set model.name to one of convnext_tiny"),
+])
+def test_a_named_model_s_params_are_checked_at_load(override, named):
+    with pytest.raises(ConfigError) as caught:
+        load_config("configs/local.yaml", ["model.name=seed_cnn", override])
     assert named in str(caught.value) and f"--set {override}" in str(caught.value)
 
 

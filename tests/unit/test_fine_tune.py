@@ -59,6 +59,7 @@ def _file_weights(path: str) -> dict[str, list[np.ndarray]]:
 
 
 def _fit(examples_uri: str, out: str, weights: str, **trainer: object):
+    trainer = {"lr_schedule": "constant", "warmup_epochs": 0, **trainer}
     fields = fn_args_dict(examples_uri, out, params={"weights": weights}, autotune="off",
                           xla="off", **trainer)
     fn_args = make_fn_args(fields, light=True)
@@ -188,7 +189,7 @@ def test_config_refuses_a_missing_weights_file_and_frozen_epochs_beyond_epochs(t
     with pytest.raises(ConfigError, match=rf"model.params.weights: no such file {missing}"):
         load_config(None, [f"model.params.weights={missing}"])
     with pytest.raises(ConfigError, match=r"Keras weights file \(\*\.weights\.h5"):
-        load_config(None, ["model.params.weights=model.h5"])
+        load_config(None, ["model.params.weights=model.bin"])
     with pytest.raises(ConfigError, match=r"frozen_epochs \(4\) must be at most "
                                           r"trainer.epochs \(3\)"):
         load_config(None, ["trainer.epochs=3", "trainer.fine_tune.frozen_epochs=4"])
@@ -197,7 +198,7 @@ def test_config_refuses_a_missing_weights_file_and_frozen_epochs_beyond_epochs(t
     relative = tmp_path / "w.weights.h5"
     relative.write_bytes(b"")
     monkeypatch.chdir(tmp_path)
-    config = load_config(None, ["model.params.weights=w.weights.h5",
+    config = load_config(None, ["model.name=seed_cnn", "model.params.weights=w.weights.h5",
                                 "trainer.fine_tune={frozen_epochs: 2, unfreeze: 3}"])
     assert config.model.params["weights"] == str(relative)  # absolute for the Trainer
     assert config.trainer.fine_tune.unfreeze == 3

@@ -144,12 +144,40 @@ def test_lint_rejects_a_custom_layer_that_casts_by_itself(restore_dtype_policy):
 @pytest.mark.parametrize("policy", ["float32", "mixed_float16", "mixed_bfloat16"])
 def test_every_registry_model_passes_the_lint(policy, restore_dtype_policy):
     keras.mixed_precision.set_dtype_policy(policy)
-    shapes = {"seed_cnn": (16, 16, 1), "resnet50": (16, 16, 3), "unet3d": (8, 8, 8, 1)}
-    assert set(shapes) <= set(available_models())
+    shapes = {"seed_cnn": (16, 16, 1), "photo_cnn": (32, 32, 3), "vit": (16, 16, 1),
+              "mobilenet_v3_small": (32, 32, 3), "mobilenet_v3_large": (32, 32, 1),
+              "efficientnet_v2_b0": (32, 32, 3), "convnext_tiny": (32, 32, 3),
+              "resnet50": (16, 16, 3), "unet3d": (8, 8, 8, 1)}
+    assert set(shapes) == set(available_models())  # a new model gets checked here too
     for name, shape in shapes.items():
         model = build_model(name, shape, 2 if name == "unet3d" else 10)
         check_mixed_precision(model, policy)
         assert keras.backend.standardize_dtype(model.outputs[0].dtype) == "float32"
+
+
+@pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
+def test_the_vit_computes_softmax_and_layernorm_in_float32(policy, restore_dtype_policy):
+    keras.mixed_precision.set_dtype_policy(policy)
+    model = build_model("vit", (16, 16, 3), 4)
+    attention = model.get_layer("block1_attention")
+    assert attention.compute_dtype == policy.removeprefix("mixed_")
+    assert attention.softmax.compute_dtype == "float32"
+    assert model.get_layer("block1_ln1").compute_dtype == "float32"
+    assert model.get_layer("block1_mlp1").compute_dtype == policy.removeprefix("mixed_")
+
+
+@pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
+def test_lint_refuses_an_attention_softmax_in_half_precision_naming_the_layer(
+        policy, restore_dtype_policy):
+    keras.mixed_precision.set_dtype_policy(policy)
+    inputs = keras.Input(shape=(4, 8))
+    x = keras.layers.MultiHeadAttention(2, 4, name="user_attention")(inputs, inputs)
+    x = keras.layers.Dense(3)(keras.layers.Flatten()(x))
+    outputs = keras.layers.Activation("softmax", dtype="float32")(x)
+    with pytest.raises(MixedPrecisionLintError,
+                       match=r"Layer 'user_attention' \(MultiHeadAttention\) computes its "
+                             r"softmax .* in (b?float16)"):
+        check_mixed_precision(keras.Model(inputs, outputs), policy)
 
 
 # --- loss scaling ---------------------------------------------------------------------

@@ -6,8 +6,10 @@ tests/e2e/test_tracking_e2e.py; here the summaries are synthetic and fast.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
+import math
 import shutil
 import time
 from pathlib import Path
@@ -16,6 +18,7 @@ import pytest
 
 from components import tracking
 from components.run_summary import RunSummary
+from components.tracking.reader import ClientStoreReader, SqliteStoreReader, open_reader
 from components.tracking.store import TrackingStore, local_store_uri, mlflow_client
 from components.tracking.sync import sync_workspace
 from tests.ports import free_port
@@ -218,6 +221,84 @@ def test_the_store_is_prepared_in_the_background_and_the_run_recorded_into_it(tm
     assert tracking.prepare(_store(workspace, uri="http://127.0.0.1:5000")) is None
 
 
+def test_the_sqlite_reader_reads_what_mlflows_client_reads(tmp_path, new_store):
+    """`mptfx compare` and `serve status` read a workspace's store with sqlite3 (no MLflow
+    import): every read agrees with MLflow's own client on a store MLflow wrote, deleted runs
+    and versions, a second experiment and a NaN metric included."""
+    workspace = new_store(tmp_path / "ws")
+    for index, (blessed, pushed) in enumerate([(True, True), (False, False), (True, True)]):
+        summary = fake_summary(tmp_path / f"run-{index}", blessed=blessed, pushed=pushed)
+        summary.run_id = f"20260101-00000{index}-abcd"
+        _log(_store(workspace), summary)
+    other = fake_summary(tmp_path / "other")
+    other.run_id = "20260102-000000-ef01"
+    other_section, _ = _log(_store(workspace, experiment="other-experiment"), other)
+    client = mlflow_client(local_store_uri(workspace))
+    client.log_metric(other_section["run_id"], "loss", float("nan"), step=3)
+    deleted = fake_summary(tmp_path / "deleted")
+    deleted.run_id = "20260103-000000-dead"
+    client.delete_run(_log(_store(workspace), deleted)[0]["run_id"])
+    client.delete_model_version("digits", "4")  # the other experiment's
+
+    light = open_reader(local_store_uri(workspace))
+    heavy = ClientStoreReader(client)
+    assert isinstance(light, SqliteStoreReader)
+    assert light.experiment_names() == heavy.experiment_names()
+    for name in ("unit-tracking", "other-experiment", "absent"):
+        assert light.experiment_id(name) == heavy.experiment_id(name)
+    newest = heavy.newest_mptfx_runs(None, 10)
+    assert [r.run_id for r in newest] == [r.run_id for r in light.newest_mptfx_runs(None, 10)]
+    assert "20260103-000000-dead" not in {r.run_name for r in newest}
+    ids = [light.experiment_id("unit-tracking")]
+    assert [r.run_id for r in light.newest_mptfx_runs(ids, 2)] == [
+        r.run_id for r in heavy.newest_mptfx_runs(ids, 2)]
+    for run in newest:
+        assert _nan_named(light.run(run.run_id)) == _nan_named(heavy.run(run.run_id)) == \
+            _nan_named(run)
+        for key in ("loss", "val_accuracy", "absent"):
+            assert _same(light.metric_history(run.run_id, key),
+                         heavy.metric_history(run.run_id, key))
+    for tfx_run_id in ("20260101-000001-abcd", "20260102-000000-ef01"):
+        assert _nan_named(light.run_by_tfx_id(tfx_run_id)) == _nan_named(
+            heavy.run_by_tfx_id(tfx_run_id))
+    assert light.run_by_tfx_id("absent") is None and heavy.run_by_tfx_id("absent") is None
+    assert light.run("0" * 32) is None and heavy.run("0" * 32) is None
+    for model in ("digits", "absent"):
+        assert light.model_versions(model) == heavy.model_versions(model)
+        assert light.model_aliases(model) == heavy.model_aliases(model)
+    assert light.model_aliases("digits") == {"champion": "5", "challenger": "2"}
+    assert [v.version for v in light.model_versions("digits")] == ["1", "2", "3", "5"]
+
+
+def _nan_named(record):
+    """The record with NaN metrics written "nan" (a NaN equals nothing, itself included)."""
+    metrics = {k: "nan" if math.isnan(v) else v for k, v in record.metrics.items()}
+    return dataclasses.replace(record, metrics=metrics)
+
+
+def _same(left: list, right: list) -> bool:
+    """Equal, a NaN equal to a NaN."""
+    return len(left) == len(right) and all(
+        a == b or (a[0] == b[0] and math.isnan(a[1]) and math.isnan(b[1]))
+        for a, b in zip(left, right, strict=True))
+
+
+def test_compare_links_each_runs_report_when_it_has_one(mptfx_here, tmp_path, new_store):
+    workspace = new_store(tmp_path / "ws")
+    with_report, without = fake_summary(tmp_path / "a"), fake_summary(tmp_path / "b")
+    without.run_id = "20260101-000001-abcd"
+    for summary in (with_report, without):
+        _log(_store(workspace), summary)
+    report = Path(with_report.summary_path).parent / "report.html"
+    report.write_text("<html></html>")
+    data = json.loads(mptfx_here("compare", "--workspace", str(workspace),
+                                 "--format", "json").stdout)
+    assert [row["report"] for row in data["runs"]] == [report.as_uri(), None]
+    table = mptfx_here("compare", "--workspace", str(workspace)).stdout
+    assert f"reports:\n  {with_report.run_id}  {report.as_uri()}\n  {without.run_id}  -\n" \
+        in table
+    markdown = mptfx_here("compare", "--workspace", str(workspace), "--format", "markdown")
+    assert f"| [{with_report.run_id}]({report.as_uri()}) |" in markdown.stdout
 def test_the_run_opened_when_the_pipeline_starts_is_the_one_recorded(tmp_path):
     """With system metrics on, `prepare` opens the pipeline run's MLflow run (RUNNING, for
     the Trainer's monitor); a second opening (a resumed driver) finds it; `log_run`

@@ -30,7 +30,9 @@ SUMMARY_KEYS = [
     "model_file_sha256", "warm_started_from", "initial_weights_checksum",
     "final_weights_checksum", "resumed_at_epoch", "train_examples", "eval_examples",
     "train_seconds", "images_per_sec_per_epoch", "workers", "task_name", "autotune",
-    "batch_size_reason", "autotune_probe_seconds", "input_bound", "val_accuracy",
+    "batch_size_reason", "autotune_probe_seconds", "model_reason", "input_size_reason",
+    "start_weights", "lr_schedule", "label_smoothing", "fine_tune", "early_stopping",
+    "input_bound", "val_accuracy",
 ]
 
 
@@ -119,7 +121,7 @@ def test_config_composes_the_trainers_sections():
 
 
 class _TrainerSectionWithNewKey(TrainerSection):
-    warmup_epochs: int = Field(7, ge=0)
+    mixup_alpha: int = Field(7, ge=0)
 
 
 class _TrainerConfigWithNewKey(TrainerConfig):
@@ -138,17 +140,17 @@ def test_a_key_added_to_the_schema_reaches_run_fn_with_its_default(
     default table), and the summary keeps its contract keys."""
     from components.trainer import module
 
-    with pytest.raises(ValueError, match="unknown config key 'trainer.warmup_epochs'"):
-        TrainerConfig.from_custom_config({"trainer": {"warmup_epochs": 2}})
+    with pytest.raises(ValueError, match="unknown config key 'trainer.mixup_alpha'"):
+        TrainerConfig.from_custom_config({"trainer": {"mixup_alpha": 2}})
     assert _TrainerConfigWithNewKey.from_custom_config(
-        {"trainer": {"warmup_epochs": 2}}).trainer.warmup_epochs == 2
+        {"trainer": {"mixup_alpha": 2}}).trainer.mixup_alpha == 2
 
     monkeypatch.setattr(module, "TrainerConfig", _TrainerConfigWithNewKey)
     fields = fn_args_dict(examples_uri, str(tmp_path), epochs=1, autotune="off")
-    assert "warmup_epochs" not in fields["custom_config"]["trainer"]
+    assert "mixup_alpha" not in fields["custom_config"]["trainer"]
     result = module.train_and_export(make_fn_args(fields))
 
-    assert result.config.trainer.warmup_epochs == 7
+    assert result.config.trainer.mixup_alpha == 7
     assert result.config.trainer.epochs == 1 and result.config.trainer.autotune == "off"
     with open(os.path.join(fields["model_run_dir"], module.SUMMARY_FILE)) as f:
         written = json.load(f)

@@ -1,0 +1,97 @@
+"""A pretrained backbone is worth having: a backbone the test pretrains on one small photo
+task and saves (its own `save_weights`, as Keras Applications' `*_notop` files hold one)
+gives the Trainer higher accuracy on a second small photo task than the same run from
+random weights.
+
+Task A: the four vertical strips of scikit-learn's china.jpg (a temple), task B: the four
+strips of flower.jpg (a dahlia), 32x32 crops (benchmarks/photo_quality.py). Task B is
+ingested by the real Ingest and trained by the Trainer's fit step, once with
+`model.params.weights=<the backbone file>` (`trainer.fine_tune: auto`: head first, then the
+top blocks) and once with `none`, same seed, epochs and data.
+
+The pretraining is the test's own: plain Keras on task A with the BatchNormalization
+momentum lowered to 0.9, so that the saved moving statistics have settled in a few hundred
+steps (Keras Applications' 0.99-0.999 need thousands; ImageNet weights have them).
+Slow (two to four minutes): integration tier, no subprocess.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+
+import keras
+import numpy as np
+import pytest
+
+import models
+from benchmarks.photo_quality import make_strip_photos
+from components.ingest.ingest import ingest
+from components.trainer.config import TrainerConfig
+from components.trainer.fit import fit_model
+from components.trainer.runtime import resolve_runtime, resolve_task
+from models.registry import model_backbone
+from tests.trainer_testdata import fn_args_dict, make_fn_args
+
+SIDE = 32
+EPOCHS_B = 5
+
+
+def _arrays(root: str) -> tuple[np.ndarray, np.ndarray]:
+    from PIL import Image
+
+    files = sorted(glob.glob(os.path.join(root, "*", "*.jpg")))
+    names = sorted({os.path.basename(os.path.dirname(path)) for path in files})
+    images = np.stack([np.asarray(Image.open(path), np.float32) / 255.0 for path in files])
+    labels = np.array([names.index(os.path.basename(os.path.dirname(path))) for path in files])
+    return images, labels
+
+
+def _pretrained_backbone(name: str, task_a: str, path: str) -> str:
+    keras.utils.set_random_seed(11)
+    images, labels = _arrays(task_a)
+    model = models.build_model(name, (SIDE, SIDE, 3), 4)
+    for layer in model.layers:
+        if isinstance(layer, keras.layers.BatchNormalization):
+            layer.momentum = 0.9
+    model.compile(keras.optimizers.Adam(1e-3), "sparse_categorical_crossentropy")
+    model.fit(images, labels, batch_size=32, epochs=8, shuffle=True, verbose=0)
+    backbone = model_backbone(name)((SIDE, SIDE), None)
+    for variable, value in zip(backbone.weights, model.get_weights(), strict=False):
+        variable.assign(value)
+    backbone.save_weights(path)
+    return path
+
+
+def _train_b(examples_uri: str, out: str, name: str, weights: str) -> float:
+    fields = fn_args_dict(examples_uri, out, model=name, input_size=(SIDE, SIDE),
+                          params={"weights": weights}, autotune="off", xla="off",
+                          epochs=EPOCHS_B, batch_size=32, seed=3)
+    fn_args = make_fn_args(fields, light=True)
+    config = TrainerConfig.from_custom_config(fields["custom_config"])
+    task = resolve_task(config.model, config.data, fn_args.train_files)
+    fitted = fit_model(fn_args, config.trainer, resolve_runtime(config.trainer, {}), task,
+                       fields["model_run_dir"], {})
+    return fitted.history["val_accuracy"][-1]
+
+
+@pytest.fixture(scope="module")
+def tasks(tmp_path_factory) -> tuple[str, str]:
+    root = tmp_path_factory.mktemp("tasks")
+    task_a = make_strip_photos(str(root / "a"), 80, seed=0, side=SIDE, photos=("china",))
+    task_b = make_strip_photos(str(root / "b"), 60, seed=1, side=SIDE, photos=("flower",))
+    examples = str(root / "b-examples")
+    ingest(task_b["root"], examples, str(root / "b-quarantine.json"))
+    return task_a["root"], examples
+
+
+@pytest.mark.parametrize("name", ["mobilenet_v3_small", "resnet50"])
+def test_a_pretrained_backbone_beats_random_weights_on_a_second_task(
+        tasks, tmp_path, name, restore_dtype_policy):
+    task_a, examples_b = tasks
+    backbone = _pretrained_backbone(name, task_a, str(tmp_path / f"{name}.weights.h5"))
+    pretrained = _train_b(examples_b, str(tmp_path / "pretrained"), name, backbone)
+    scratch = _train_b(examples_b, str(tmp_path / "scratch"), name, "none")
+    print(f"{name}: pretrained {pretrained:.3f}, random weights {scratch:.3f}")
+    assert pretrained > scratch, (pretrained, scratch)
+    assert pretrained >= 0.4  # 4 classes: well above chance (0.25)

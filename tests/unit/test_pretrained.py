@@ -1,0 +1,159 @@
+"""Keras Applications by name, starting from a backbone's weights: `model.params.weights`.
+
+The weights files are made here by the backbones' own `save_weights` (no model hub is
+reachable from this machine); `imagenet` is tested at Keras' download boundary: the real
+`keras.utils.get_file` runs, and the test double is its `urlretrieve`, which fails as a
+machine without a network does.
+
+What a user would check:
+- each model runs its own ImageNet preprocessing in the graph: fed [0, 1] images, its
+  backbone gives what the Keras Applications backbone gives on the preprocessing Keras
+  documents for it;
+- training starts from the file: the backbone's checksum at the start is the file's;
+- the head trains first on the frozen backbone, then only the top blocks unfreeze (the
+  recipe `trainer.fine_tune: auto` picks with pretrained weights), BatchNorm still frozen;
+- `imagenet` that cannot be downloaded is one line naming the URL and the cache path.
+"""
+
+from __future__ import annotations
+
+import urllib.error
+
+import keras
+import numpy as np
+import pytest
+
+import models
+from components.trainer.config import TrainerConfig
+from components.trainer.fit import fit_model
+from components.trainer.pretrained import WeightsUnavailableError, check_imagenet_available
+from components.trainer.runtime import resolve_runtime, resolve_task
+from components.trainer.warm_start import arrays_checksum
+from models.registry import model_backbone
+from tests.trainer_testdata import fn_args_dict, make_fn_args, write_digits_examples
+
+SIZE = (32, 32)
+
+
+def _backbone_file(name: str, path: str, seed: int = 5) -> str:
+    """A backbone alone, built as the registry builds it, saved with its own save_weights."""
+    keras.utils.set_random_seed(seed)
+    backbone = model_backbone(name)(SIZE, None)
+    backbone.save_weights(path)
+    return path
+
+
+def _file_checksum(name: str, path: str) -> str:
+    backbone = model_backbone(name)(SIZE, None)
+    backbone.load_weights(path)
+    return arrays_checksum(backbone.get_weights())
+
+
+@pytest.mark.parametrize("name, reference", [
+    ("mobilenet_v3_small", lambda x: x * 255.0),  # its own Rescaling to [-1, 1] follows
+    ("efficientnet_v2_b0", lambda x: x * 255.0),  # its own Rescaling + Normalization
+    ("resnet50", lambda x: keras.applications.resnet50.preprocess_input(x * 255.0)),
+])
+def test_each_model_preprocesses_in_the_graph_as_keras_documents(name, reference, tmp_path):
+    from components.trainer.pretrained import load_start_weights
+
+    path = _backbone_file(name, str(tmp_path / f"{name}.weights.h5"))
+    model = models.build_model(name, (*SIZE, 3), 4)
+    load_start_weights(model, path, name, {}, (*SIZE, 3), 4)
+    features = keras.Model(model.inputs, model.get_layer("logits").input)
+    backbone = model_backbone(name)(SIZE, None)
+    backbone.load_weights(path)
+    images = np.random.default_rng(0).random((2, *SIZE, 3)).astype("float32")
+    np.testing.assert_allclose(np.asarray(features(images)),
+                               np.asarray(backbone(reference(images.copy()))),
+                               rtol=1e-4, atol=1e-4)
+
+
+class WeightsPerEpoch(keras.callbacks.Callback):
+    def __init__(self) -> None:
+        super().__init__()
+        self.epochs: list[dict[str, list[np.ndarray]]] = []
+
+    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        self.epochs.append({layer.name: [np.array(w) for w in layer.get_weights()]
+                            for layer in self.model.layers if layer.weights})
+
+
+def _same(a: list[np.ndarray], b: list[np.ndarray]) -> bool:
+    return all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
+
+
+@pytest.fixture(scope="module")
+def examples_uri(tmp_path_factory) -> str:
+    return write_digits_examples(str(tmp_path_factory.mktemp("digits")), 40)
+
+
+@pytest.mark.parametrize("name, top_block, lower_layer", [
+    ("mobilenet_v3_small", "conv_1", "expanded_conv_3_expand"),
+    ("resnet50", "conv5_block3_3_conv", "conv4_block1_1_conv"),
+])
+def test_a_backbone_file_trains_the_head_first_then_the_top_blocks(
+        examples_uri, tmp_path, name, top_block, lower_layer, restore_dtype_policy):
+    path = _backbone_file(name, str(tmp_path / "backbone.weights.h5"))
+    fields = fn_args_dict(examples_uri, str(tmp_path / "out"), model=name, input_size=SIZE,
+                          params={"weights": path}, autotune="off", xla="off", epochs=3,
+                          batch_size=16, learning_rate=0.01)
+    fn_args = make_fn_args(fields, light=True)
+    config = TrainerConfig.from_custom_config(fields["custom_config"])
+    task = resolve_task(config.model, config.data, fn_args.train_files)
+    recorder = WeightsPerEpoch()
+    fitted = fit_model(fn_args, config.trainer, resolve_runtime(config.trainer, {}), task,
+                       fields["model_run_dir"], {}, extra_callbacks=[recorder])
+    # It started from the file: the backbone's checksum at the start is the file's.
+    assert fitted.start_weights.loaded == "backbone"
+    assert fitted.start_weights.backbone_checksum == _file_checksum(name, path)
+    # auto: pretrained, so 3 // 3 = 1 frozen epoch, then the top quarter of the blocks.
+    assert fitted.fine_tune["frozen_epochs"] == 1
+    assert "pretrained weights" in fitted.fine_tune["reason"]
+    start = models.build_model(name, (*SIZE, 1), 10)
+    from components.trainer.pretrained import load_start_weights
+
+    load_start_weights(start, path, name, {}, (*SIZE, 1), 10)
+    first, last = recorder.epochs[0], recorder.epochs[-1]
+    for layer in (top_block, lower_layer):
+        assert _same(first[layer], start.get_layer(layer).get_weights()), layer  # frozen
+    assert not _same(first["logits"], start.get_layer("logits").get_weights())  # head trained
+    assert not _same(last[top_block], first[top_block])        # the top block unfroze
+    assert _same(last[lower_layer], first[lower_layer])        # the lower blocks did not
+    batchnorm = next(layer for layer in start.layers
+                     if isinstance(layer, keras.layers.BatchNormalization))
+    assert _same(last[batchnorm.name], start.get_layer(batchnorm.name).get_weights())
+
+
+def test_a_file_of_neither_the_model_nor_its_backbone_is_one_line(examples_uri, tmp_path):
+    other = _backbone_file("mobilenet_v3_large", str(tmp_path / "large.weights.h5"))
+    fields = fn_args_dict(examples_uri, str(tmp_path / "out"), model="mobilenet_v3_small",
+                          input_size=SIZE, params={"weights": other}, autotune="off")
+    fn_args = make_fn_args(fields, light=True)
+    config = TrainerConfig.from_custom_config(fields["custom_config"])
+    task = resolve_task(config.model, config.data, fn_args.train_files)
+    with pytest.raises(ValueError) as error:
+        fit_model(fn_args, config.trainer, resolve_runtime(config.trainer, {}), task,
+                  fields["model_run_dir"], {})
+    message = str(error.value)
+    assert "\n" not in message and f"model.params.weights {other}" in message
+    assert "nor is it mobilenet_v3_small's backbone alone" in message
+
+
+def test_imagenet_without_a_network_names_the_url_and_the_cache_path(tmp_path, monkeypatch):
+    from keras.src.utils import file_utils  # the download boundary: a machine with no network
+
+    def no_network(url, *args, **kwargs):
+        raise urllib.error.URLError("[Errno -3] Temporary failure in name resolution")
+
+    monkeypatch.setattr(file_utils, "urlretrieve", no_network)
+    monkeypatch.setenv("KERAS_HOME", str(tmp_path / "keras"))
+    with pytest.raises(WeightsUnavailableError) as error:
+        check_imagenet_available("mobilenet_v3_small", "auto")
+    message = str(error.value)
+    assert "\n" not in message
+    assert "model.params.weights imagenet: cannot download https://storage.googleapis.com/" \
+           in message
+    cached = tmp_path / "keras" / "models" / \
+        "weights_mobilenet_v3_small_224_1.0_float_no_top_v2.h5"
+    assert f"place that file at {cached}" in message
