@@ -288,9 +288,10 @@ def test_compare_links_each_runs_report_when_it_has_one(mptfx_here, tmp_path, ne
     with_report, without = fake_summary(tmp_path / "a"), fake_summary(tmp_path / "b")
     without.run_id = "20260101-000001-abcd"
     for summary in (with_report, without):
-        _log(_store(workspace), summary)
+        _log(_store(workspace), summary)  # each writes its report.html
     report = Path(with_report.summary_path).parent / "report.html"
-    report.write_text("<html></html>")
+    assert report.is_file()
+    Path(without.report_path).unlink()  # as a run recorded before reports existed
     data = json.loads(mptfx_here("compare", "--workspace", str(workspace),
                                  "--format", "json").stdout)
     assert [row["report"] for row in data["runs"]] == [report.as_uri(), None]
@@ -299,6 +300,8 @@ def test_compare_links_each_runs_report_when_it_has_one(mptfx_here, tmp_path, ne
         in table
     markdown = mptfx_here("compare", "--workspace", str(workspace), "--format", "markdown")
     assert f"| [{with_report.run_id}]({report.as_uri()}) |" in markdown.stdout
+
+
 def test_the_run_opened_when_the_pipeline_starts_is_the_one_recorded(tmp_path):
     """With system metrics on, `prepare` opens the pipeline run's MLflow run (RUNNING, for
     the Trainer's monitor); a second opening (a resumed driver) finds it; `log_run`
