@@ -14,7 +14,7 @@ machine's load hits every mode alike:
 
 Example:
 
-    costs = monitoring_cost(data, "seed_cnn", [16, 16], 32, "float32", False, 5, 8.0, 2.0,
+    costs = monitoring_cost(data, "auto", "auto", 32, "float32", False, 9, 5.0, 2.0,
                             "/ws/bench/system-metrics")
     costs["system_metrics_ratio"]   # images/s with the monitor / without, median over rounds
 """
@@ -33,12 +33,14 @@ from components.tracking.live_run import open_run, trainer_environment
 from components.tracking.store import TrackingStore, local_store_uri
 from components.trainer import data as data_lib
 from components.trainer.input_bound import InputWaitMeter
+from models.choice import ImageProfile, choose_model
 
 MODES = ("plain", "input meter", "input meter + system metrics")
+DIGITS_SIDE = 8  # the bench's shared data are the built-in digits
 
 
 def monitoring_cost(
-    data: dict[str, Any], model_name: str, input_size: Sequence[int], batch_size: int,
+    data: dict[str, Any], model_name: str, input_size: Sequence[int] | str, batch_size: int,
     precision: str, xla: bool, rounds: int, window_seconds: float, sampling_interval: float,
     store_dir: str,
 ) -> dict[str, Any]:
@@ -50,6 +52,10 @@ def monitoring_cost(
         "input_meter_ratio", ...}; "samples": CPU samples MLflow holds for the monitored
         windows.
     """
+    # `auto` as `mptfx run` resolves it for the digits (8x8 images): seed_cnn at 16x16.
+    choice = choose_model(model_name, input_size, ImageProfile(
+        data["train_examples"], DIGITS_SIDE, DIGITS_SIDE, data["channels"]))
+    model_name, input_size = choice.name, choice.input_size
     dataset = data_lib.make_dataset(
         data["train_files"], input_size, data["channels"], batch_size, shuffle=True,
         num_examples=data["train_examples"], repeat=True)
@@ -78,7 +84,7 @@ def monitoring_cost(
     }
     fit(watched, [meter.callback], 5)  # traces the step, fills the cache
     calibration = 200  # long enough that fit's own start is a small part of it
-    steps = max(calibration, round(window_seconds * calibration / fit(dataset, [], calibration)))
+    steps = max(50, round(window_seconds * calibration / fit(dataset, [], calibration)))
     rates: dict[str, list[float]] = {mode: [] for mode in MODES}
     for index in range(rounds):
         order = MODES[index % len(MODES):] + MODES[:index % len(MODES)]

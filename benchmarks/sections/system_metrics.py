@@ -13,7 +13,7 @@ from typing import Any
 
 from benchmarks.sections.base import number, shape, status_line
 from benchmarks.sections.context import Context
-from benchmarks.sections.data import DataSection, pipeline_defaults
+from benchmarks.sections.data import DataSection
 from benchmarks.sections.tasks import Task, arguments
 
 # With system metrics on, training keeps at least this share of its speed without them.
@@ -26,7 +26,7 @@ class MonitoringParams:
 
     data: dict[str, Any]
     model_name: str
-    input_size: list[int]
+    input_size: list[int] | str
     batch_size: int
     precision: str
     xla: bool
@@ -52,14 +52,19 @@ class SystemMetrics(DataSection):
     def run(self, ctx: Context) -> None:
         from components.core.config import Config
 
-        defaults = pipeline_defaults()
-        interval = Config().tracking.system_metrics_interval_seconds
-        rounds = 9 if ctx.options.quick else 15
-        # Samples inside every window, so the monitor's work falls inside what is timed.
-        window = max(2.5 * interval, 5.0)
+        config = Config()
+        interval = config.tracking.system_metrics_interval_seconds
+
+        # Short windows, many rounds: on a shared machine the load moves within seconds, and
+        # only windows close in time compare; each window still spans a sampling interval.
+        rounds = 15 if ctx.options.quick else 25
+        window = max(1.25 * interval, 2.5)
         params = MonitoringParams(
-            data=ctx.data["replicated"], model_name=defaults["model"],
-            input_size=defaults["input_size"], batch_size=defaults["batch_size"],
+            # "auto" as configured: the worker resolves it for the digits, as a run does.
+            data=ctx.data["replicated"], model_name=config.model.name,
+            input_size=config.model.input_size,
+            batch_size=int(config.trainer.batch_size) if config.trainer.batch_size != "auto"
+            else 32,
             precision="float32", xla=False, rounds=rounds, window_seconds=window,
             sampling_interval=interval, store_dir=str(ctx.bench_dir / "system-metrics"))
         ctx.say(f"  system metrics: {rounds} rounds of {window:.0f} s windows, sampling "
