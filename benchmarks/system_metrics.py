@@ -68,51 +68,65 @@ def monitoring_cost(
     run_id = open_run(store, f"bench-{int(time.time())}")
     environ = trainer_environment(store, run_id, sampling_interval)
 
-    def fit(source: Any, callbacks: list, steps: int) -> float:
-        started = time.perf_counter()
+    def fit(source: Any, callbacks: list, steps: int) -> tuple[float, float]:
+        """(wall seconds, this process's CPU seconds) of `steps` training steps."""
+        started, cpu = time.perf_counter(), time.process_time()
         model.fit(source, steps_per_epoch=steps, epochs=1, verbose=0, callbacks=callbacks)
-        return time.perf_counter() - started
+        return time.perf_counter() - started, time.process_time() - cpu
 
-    def monitored(steps: int) -> float:
+    def monitored(steps: int) -> tuple[float, float]:
         with system_metrics.monitoring(None, environ):
             return fit(watched, [meter.callback], steps)
 
-    windows: dict[str, Callable[[int], float]] = {
+    windows: dict[str, Callable[[int], tuple[float, float]]] = {
         "plain": lambda steps: fit(dataset, [], steps),
         "input meter": lambda steps: fit(watched, [meter.callback], steps),
         "input meter + system metrics": monitored,
     }
     fit(watched, [meter.callback], 5)  # traces the step, fills the cache
     calibration = 200  # long enough that fit's own start is a small part of it
-    steps = max(50, round(window_seconds * calibration / fit(dataset, [], calibration)))
+    steps = max(50, round(window_seconds * calibration / fit(dataset, [], calibration)[0]))
     rates: dict[str, list[float]] = {mode: [] for mode in MODES}
+    cpu_rates: dict[str, list[float]] = {mode: [] for mode in MODES}
     for index in range(rounds):
         order = MODES[index % len(MODES):] + MODES[:index % len(MODES)]
         for mode in order:
-            rates[mode].append(steps * batch_size / windows[mode](steps))
-    return _summary(rates, steps, store, run_id, {
+            wall, cpu = windows[mode](steps)
+            rates[mode].append(steps * batch_size / wall)
+            cpu_rates[mode].append(steps * batch_size / max(cpu, 1e-9))
+    return _summary(rates, cpu_rates, steps, store, run_id, {
         "model": model_name, "input_size": list(input_size), "batch_size": batch_size,
         "precision": precision, "xla": xla, "rounds": rounds,
         "window_seconds": window_seconds, "sampling_interval": sampling_interval})
 
 
-def _summary(rates: dict[str, list[float]], steps: int, store: TrackingStore, run_id: str,
-             facts: dict[str, Any]) -> dict[str, Any]:
-    """Each mode's median, and each mode's median ratio to `input meter` within a round
-    (neighbouring windows: a load that drifts over the run cancels out of the ratio)."""
+def _summary(rates: dict[str, list[float]], cpu_rates: dict[str, list[float]], steps: int,
+             store: TrackingStore, run_id: str, facts: dict[str, Any]) -> dict[str, Any]:
+    """Each mode's median images/s and images per CPU-second, their median ratio to
+    `input meter` within a round (neighbouring windows: a load that drifts over the run
+    cancels out), and how much the reference mode's own windows spread (`spread`: the
+    interquartile range over the median; the machine's other load)."""
     from components.tracking.store import mlflow_client
 
-    medians = {mode: statistics.median(values) for mode, values in rates.items()}
-    reference = rates["input meter"]
-    ratios = {mode: statistics.median(r / ref for r, ref in zip(rates[mode], reference,
-                                                                 strict=True))
-              for mode in MODES}
+    def ratios(series: dict[str, list[float]]) -> dict[str, float]:
+        reference = series["input meter"]
+        return {mode: statistics.median(r / ref for r, ref in zip(series[mode], reference,
+                                                                   strict=True))
+                for mode in MODES}
+
+    wall, cpu = ratios(rates), ratios(cpu_rates)
+    quartiles = statistics.quantiles(rates["input meter"], n=4)
     history = mlflow_client(store.uri).get_metric_history(
         run_id, "system/cpu_utilization_percentage")
     return {
         **facts, "steps": steps, "samples": len(history),
-        "rows": [{"mode": mode, "images_per_sec": medians[mode], "window_rates": rates[mode],
-                  "ratio": ratios[mode]} for mode in MODES],
-        "system_metrics_ratio": ratios["input meter + system metrics"],
-        "input_meter_ratio": 1.0 / ratios["plain"],
+        "spread": (quartiles[2] - quartiles[0]) / statistics.median(rates["input meter"]),
+        "rows": [{"mode": mode, "images_per_sec": statistics.median(rates[mode]),
+                  "window_rates": rates[mode], "ratio": wall[mode],
+                  "images_per_cpu_second": statistics.median(cpu_rates[mode]),
+                  "cpu_ratio": cpu[mode]} for mode in MODES],
+        "system_metrics_ratio": wall["input meter + system metrics"],
+        "system_metrics_cpu_ratio": cpu["input meter + system metrics"],
+        "input_meter_ratio": 1.0 / wall["plain"],
+        "input_meter_cpu_ratio": 1.0 / cpu["plain"],
     }

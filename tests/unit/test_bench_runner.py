@@ -93,9 +93,12 @@ def _result(task: str, params: dict) -> dict | None:
         "system_metrics": {"model": "seed_cnn", "input_size": [16, 16], "batch_size": 32,
                            "precision": "float32", "xla": False, "rounds": 5, "steps": 100,
                            "window_seconds": 8.0, "sampling_interval": 2.0, "samples": 4,
+                           "spread": 0.02,
                            "rows": [{"mode": "input meter", "images_per_sec": 1000.0,
-                                     "window_rates": [1000.0], "ratio": 1.0}],
-                           "system_metrics_ratio": 1.0, "input_meter_ratio": 1.0},
+                                     "window_rates": [1000.0], "ratio": 1.0,
+                                     "images_per_cpu_second": 500.0, "cpu_ratio": 1.0}],
+                           "system_metrics_ratio": 1.0, "system_metrics_cpu_ratio": 1.0,
+                           "input_meter_ratio": 1.0, "input_meter_cpu_ratio": 1.0},
     }[task]
 
 

@@ -126,10 +126,13 @@ SAMPLES = {
         "status": "ok", "model": "seed_cnn", "input_size": [16, 16], "batch_size": 32,
         "precision": "float32", "xla": False, "rounds": 5, "window_seconds": 8.0,
         "sampling_interval": 2.0, "steps": 900, "samples": 20,
-        "rows": [{"mode": mode, "images_per_sec": rate, "window_rates": [rate], "ratio": ratio}
+        "spread": 0.03,
+        "rows": [{"mode": mode, "images_per_sec": rate, "window_rates": [rate], "ratio": ratio,
+                  "images_per_cpu_second": rate / 2, "cpu_ratio": ratio}
                  for mode, rate, ratio in (("plain", 2020.0, 1.01), ("input meter", 2000.0, 1.0),
                                            ("input meter + system metrics", 1990.0, 0.995))],
-        "system_metrics_ratio": 0.995, "input_meter_ratio": 0.99}},
+        "system_metrics_ratio": 0.995, "system_metrics_cpu_ratio": 0.99,
+        "input_meter_ratio": 0.99, "input_meter_cpu_ratio": 0.98}},
         "### System metrics and the input meter (seed_cnn 16×16",
         "runs at 0.995× the speed without (target ≥ 0.97): PASS"),
     "data_scale": ({"data_scale": DATA_SCALE}, "### Data scale (1,000 synthetic 224×224",
@@ -288,3 +291,14 @@ def test_every_task_has_its_own_name(package):
     tasks = [task for section in suite.sections for task in section.tasks]
     assert len({task.name for task in tasks}) == len(tasks)
     assert set(ALL_TASKS) >= {task.name for task in tasks}
+
+
+def test_system_metrics_gives_no_verdict_when_the_load_moves_more_than_the_target():
+    from benchmarks.sections.system_metrics import SECTION
+
+    entry = json.loads(json.dumps(SAMPLES["system_metrics"][0]))
+    entry["system_metrics"]["spread"] = 0.25
+    [line] = SECTION.verdicts(entry)
+    assert "no verdict: the reference windows spread 25 % (> 6 %)" in line
+    assert "PASS" not in line and "FAIL" not in line
+    assert "per CPU-second it trains 0.990× the images" in line
