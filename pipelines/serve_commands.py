@@ -209,7 +209,7 @@ def _run_render(args: argparse.Namespace, config: Config, target: Any) -> int:
 
 
 def _run_check(args: argparse.Namespace, target: Any) -> int:
-    from components.serving.check import EndpointError, check_endpoint
+    from pipelines.serve_check import EndpointError, check_endpoint
 
     try:
         report = check_endpoint(args.url, target, args.label)

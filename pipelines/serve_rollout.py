@@ -116,8 +116,8 @@ def run_rollout_command(args: argparse.Namespace, config: Config, target: Any,
                         registry: Any) -> int:
     """`mptfx serve rollout`: lines on stdout, the verdict's line on stderr unless promoted."""
     from components.serving import rollout
-    from components.serving.canary_rollout import PROMOTED, outcome_line, run_rollout
     from components.serving.prometheus import Prometheus
+    from pipelines.canary_rollout import PROMOTED, outcome_line, run_rollout
 
     settings = config.serving.analysis
     if args.if_canary and target.labels().canary is None:
