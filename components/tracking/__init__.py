@@ -12,7 +12,8 @@ run (params, per-epoch and final metrics, artifacts, registry aliases), sets
 `summary.mlflow` and rewrites summary.json. Tracking never fails a pipeline run that
 completed: if the server goes away mid-run, the run is recorded locally instead.
 
-The commands `mptfx compare`, `ui`, `sweep` and `tracking sync` live in `commands.py`.
+The commands `mptfx compare`, `ui` and `tracking sync` are pipelines/tracking_commands.py
+(`sweep`: pipelines/sweep.py); they read through `reader.py` and `compare.py`.
 Nothing here imports MLflow or TensorFlow at import time.
 """
 
