@@ -325,7 +325,9 @@ def test_pushed_model_carries_warmup_requests_that_run(digits_run):
     model = tf.saved_model.load(str(path))
     records = [prediction_log_pb2.PredictionLog.FromString(record.numpy())
                for record in tf.data.TFRecordDataset(str(warmup))]
-    assert len(records) == 2
+    # serving_default, predict_images and predict_image_bytes: one record each.
+    assert sorted(r.predict_log.request.model_spec.signature_name for r in records) == [
+        "predict_image_bytes", "predict_images", "serving_default"]
     for record in records:
         request = record.predict_log.request
         inputs = {k: tf.constant(tf.make_ndarray(v)) for k, v in request.inputs.items()}
