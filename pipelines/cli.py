@@ -22,7 +22,6 @@ from typing import Any
 from benchmarks import commands as bench_commands
 from components.errors import EXIT_INTERRUPTED, EXIT_USAGE, UsageError
 from components.redact import redact_text
-from components.tracking import commands as tracking_commands
 from pipelines import (
     doctor,
     k8s_commands,
@@ -31,6 +30,7 @@ from pipelines import (
     retrain,
     serve_commands,
     sweep,
+    tracking_commands,
 )
 from pipelines.console import set_verbose
 from pipelines.os_errors import describe_os_error

@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -82,15 +81,16 @@ def compile_for_kubernetes(config: Config, run_id: str, data_arg: str | None,
 
     Returns (tfx pipeline, IR pointed at the cluster's database, a note). With
     `allow_missing_data`, data that is not reachable here (it lives on the cluster's volume)
-    is stood in for by an empty folder: the objects are the same, only the Ingest's input
-    fingerprint is not the real one. `data` (a DataSelection already resolved, e.g. by
-    `mptfx retrain`) replaces `data_arg`; `schema_file` is the schema to validate against.
+    is stood in for by a selection nobody listed: the objects are the same, only the
+    Ingest's data selection is not the real one. `data` (a DataSelection already resolved,
+    e.g. by `mptfx retrain`) replaces `data_arg`; `schema_file` is the schema to validate
+    against.
     """
+    from components.ingest.selection import DataSelection
     from pipelines.data_source import resolve_data
     from pipelines.kubernetes.ir import prepare_ir
     from pipelines.local_runner import compile_pipeline
     from pipelines.pipeline import create_pipeline
-    from pipelines.spans import DataSelection
     from pipelines.workspace import Workspace
 
     workspace = Workspace(Path(config.kubernetes.workspace))
@@ -101,10 +101,9 @@ def compile_for_kubernetes(config: Config, run_id: str, data_arg: str | None,
         if not allow_missing_data:
             raise UsageError(f"{error} (data.source must be reachable where the driver runs; "
                              "in the cluster use mptfx k8s submit --driver-job)") from None
-        stand_in = tempfile.mkdtemp(prefix="mptfx-data-stand-in-")
-        data = DataSelection(root=stand_in)
+        data = DataSelection(root=data_arg or config.data.source)
         note = (f"data {data_arg or config.data.source} is not reachable here ({error}); "
-                "the driver computes the real Ingest fingerprint at submit time")
+                "the driver lists the data for the Ingest at submit time")
     from models.user_module import UserModelError
 
     try:

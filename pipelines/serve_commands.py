@@ -147,12 +147,8 @@ def _route_weight(args: argparse.Namespace, config: Config, labels: Any, route: 
 
 def _run_verb(args: argparse.Namespace, config: Config, target: Any, registry: Any) -> int:
     from components.serving import rollout
-    from components.serving.manifests import (
-        ROUTE_FILE,
-        ROUTE_HEADER,
-        render_http_route,
-        write_manifests,
-    )
+    from pipelines.kubernetes.objects import write_manifests
+    from pipelines.kubernetes.serving import ROUTE_FILE, ROUTE_HEADER, render_http_route
 
     if getattr(args, "weight", None) is not None and not 0 <= args.weight <= 100:
         raise UsageError(f"--weight must be between 0 and 100. Received: {args.weight}")
@@ -196,8 +192,9 @@ def _print_status(state: dict[str, Any]) -> None:
 
 
 def _run_render(args: argparse.Namespace, config: Config, target: Any) -> int:
-    from components.serving.manifests import ROUTE_FILE, render_all, write_manifests
-    from components.serving.rollout_job import ROLLOUT_FILE, ROLLOUT_HEADER, rollout_objects
+    from pipelines.kubernetes.objects import write_manifests
+    from pipelines.kubernetes.rollout_job import ROLLOUT_FILE, ROLLOUT_HEADER, rollout_objects
+    from pipelines.kubernetes.serving import ROUTE_FILE, render_all
 
     out = Path(args.k8s_out or Path(args.workspace).resolve() / "k8s")
     weight = _route_weight(args, config, target.labels(), out / ROUTE_FILE)
@@ -209,7 +206,7 @@ def _run_render(args: argparse.Namespace, config: Config, target: Any) -> int:
 
 
 def _run_check(args: argparse.Namespace, target: Any) -> int:
-    from components.serving.check import EndpointError, check_endpoint
+    from pipelines.serve_check import EndpointError, check_endpoint
 
     try:
         report = check_endpoint(args.url, target, args.label)

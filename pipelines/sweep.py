@@ -26,7 +26,7 @@ from typing import Any
 
 from components.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_PIPELINE_FAILED, UsageError
 from components.run_summary import RunSummary
-from components.tracking import commands as tracking_commands
+from pipelines import tracking_commands
 
 
 class GridError(ValueError):

@@ -129,8 +129,11 @@ def train_mixed_serving(root: str, count: int = 300):
     from components.trainer import module
 
     examples_uri = write_digits_examples(root, count)
+    # A constant rate without label smoothing: 3 epochs of cosine decay from a warm-up leave
+    # the model too weak for the tests' "better than chance" checks.
     fields = fn_args_dict(examples_uri, os.path.join(root, "out"), epochs=3,
-                          precision="mixed_bfloat16", xla="off", autotune="off")
+                          precision="mixed_bfloat16", xla="off", autotune="off",
+                          lr_schedule="constant", warmup_epochs=0, label_smoothing=0.0)
     fields["custom_config"]["export"]["serving_precision"] = "mixed"
     fn_args = make_fn_args(fields)
     return fn_args, module.train_and_export(fn_args), examples_uri

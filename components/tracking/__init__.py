@@ -16,7 +16,8 @@ With `tracking.system_metrics` on, the MLflow run is opened when the pipeline st
 Trainer logs MLflow's system metrics to it (live_run.py, system_metrics.py); `log_run` then
 completes that run instead of creating one.
 
-The commands `mptfx compare`, `ui`, `sweep` and `tracking sync` live in `commands.py`.
+The commands `mptfx compare`, `ui` and `tracking sync` are pipelines/tracking_commands.py
+(`sweep`: pipelines/sweep.py); they read through `reader.py` and `compare.py`.
 Nothing here imports MLflow or TensorFlow at import time.
 """
 

@@ -173,7 +173,7 @@ _OWN_LINE = re.compile(
     r"|  mlflow: run [0-9a-f]{32} in experiment .+"
     r"|  component +status +seconds"
     r"|  \w+ +(completed|cached|failed|skipped) +[\d.-]+"
-    r"|  (run|data|trainer|eval|infra|pushed|tflite( \w+)?|error|summary): +\S.*"
+    r"|  (run|data|model|trainer|eval|infra|pushed|tflite( \w+)?|error|summary): +\S.*"
     r"|")
 _TF_LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: [IWE] ", re.MULTILINE)
 
@@ -325,7 +325,9 @@ def test_pushed_model_carries_warmup_requests_that_run(digits_run):
     model = tf.saved_model.load(str(path))
     records = [prediction_log_pb2.PredictionLog.FromString(record.numpy())
                for record in tf.data.TFRecordDataset(str(warmup))]
-    assert len(records) == 2
+    # serving_default, predict_images and predict_image_bytes: one record each.
+    assert sorted(r.predict_log.request.model_spec.signature_name for r in records) == [
+        "predict_image_bytes", "predict_images", "serving_default"]
     for record in records:
         request = record.predict_log.request
         inputs = {k: tf.constant(tf.make_ndarray(v)) for k, v in request.inputs.items()}

@@ -395,9 +395,9 @@ def test_cluster_retraining_refuses_local_only_flags(capsys):
 def test_pipeline_beam_args_reach_the_beam_components_of_a_local_run(tmp_path):
     from tfx.proto.orchestration import executable_spec_pb2, pipeline_pb2
 
+    from components.ingest.selection import DataSelection
     from pipelines.local_runner import compile_pipeline
     from pipelines.pipeline import LOCAL_BEAM_ARGS, create_pipeline
-    from pipelines.spans import DataSelection
     from pipelines.workspace import Workspace
 
     def beam_args(*overrides):
