@@ -111,7 +111,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     bench = commands.add_parser(
         "bench",
         help="measure what to train with here: precision x XLA, auto's measured choice, "
-             "largest batch, input pipeline, photo-scale data",
+             "largest batch, input pipeline, photo-scale data, predictions",
         description="Reproducible measurements on this machine's CPU or GPU; results go to "
                     "<workspace>/bench/ as results.md, results.json and PNG charts.",
     )

@@ -21,6 +21,8 @@ SECTIONS = (
     "input_pipeline",
     "data_scale",
     "photo_quality",
+    "predict",
+    "system_metrics",
     "distillation",
 )
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
@@ -45,6 +47,8 @@ SECTION_SECONDS = {
     "input_pipeline": 60.0,
     "data_scale": 300.0,
     "photo_quality": 300.0,
+    "predict": 60.0,
+    "system_metrics": 180.0,
     "distillation": 420.0,
 }
 

@@ -7,6 +7,9 @@ EXIT_USAGE = 2  # bad command line, config key or value, input data, unreachable
 # nothing was promoted or removed, the canary gets no traffic until the next rollout.
 EXIT_INCONCLUSIVE = 3
 EXIT_DRIFT = 4  # mptfx monitor: served traffic drifted from (or is skewed against) training
+# mptfx predict: every input has its row, but some rows carry an error instead of a class
+# (a truncated image, a file that is no image): the rest were predicted.
+EXIT_SOME_INPUTS_FAILED = 5
 EXIT_INTERRUPTED = 130
 
 

@@ -26,6 +26,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 SUMMARY_FILE = "summary.json"
+REPORT_FILE = "report.html"                      # the run report, beside summary.json
 TRAINING_SUMMARY_FILE = "training_summary.json"  # in the Trainer's model_run folder
 QUARANTINE_FILE = "quarantine.json"              # in the Ingest's quarantine artifact
 TFLITE_REPORT_FILE = "report.json"               # in the TFLite component's artifact
@@ -83,6 +84,8 @@ class TrainerSection(_OpenSection):
     batch_size: int | None = None
     images_per_sec: float | None = None
     autotune_probe_seconds: float | None = None
+    # components/trainer/input_bound.py: wait_share, model_steps_per_sec, advice, ...
+    input_bound: dict[str, Any] | None = None
     model_uri: str | None = None
     tensorboard_logs: str | None = None
     # trainer.distill: the teacher, temperature, alpha, teacher vs student accuracy on the
@@ -195,6 +198,7 @@ class RunSummary(_Section):
     schema_frozen: str | None = None       # retrain froze this run's schema
     trigger: TriggerSection = Field(default_factory=TriggerSection)  # {}: new data or by hand
     wall_seconds: float | None = None
+    report_path: str | None = None         # runs/<run_id>/report.html (tracking/report.py)
     mlflow: MlflowSection = Field(default_factory=MlflowSection)  # set by tracking
 
     @classmethod

@@ -18,6 +18,7 @@ that fails does not raise: the summary says `status: failed`, `failed_component`
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
@@ -31,9 +32,10 @@ from components.core.text import one_line
 from components.errors import UsageError
 from components.redact import redact_text, redact_tree
 from components.run_summary import SUMMARY_FILE, RunSummary
-from pipelines.console import library_output_to, quiet_tensorflow
+from pipelines.console import library_output
 from pipelines.data_source import resolve_data
 from pipelines.distill import check_teacher
+from pipelines.os_errors import Stage, disk_full_error, raise_if_disk_full
 from pipelines.workspace import Workspace, new_run_id
 
 WORKSPACE_LOCK_FILE = "workspace.lock"
@@ -98,27 +100,34 @@ def run_pipeline(
     """
     from pipelines.locking import RunLock
 
-    # Before the workspace is touched: a config error writes nothing.
-    loaded = _load(config, overrides, data)
+    stage = Stage("loading the config")
     workspace_root = Path(workspace).resolve()
-    check_writable_workspace(workspace_root)
-    with RunLock(workspace_root / WORKSPACE_LOCK_FILE) as lock:
-        if not lock.acquired:
-            raise WorkspaceInUse(f"mptfx {command}: workspace {workspace_root} is in use by "
-                                 f"another run ({lock.describe_holder()}); nothing to do")
-        quiet_tensorflow()
-        run_id = run_id or new_run_id()
-        log_path = log_path_of(workspace_root, run_id)
-        started = time.monotonic()
-        with library_output_to(log_path, console_fd=console_fd) as out:
-            try:
+    log_path: Path | None = None
+    # From here the libraries' output is held: loading the config may import TensorFlow,
+    # whose start-up lines then open pipeline.log instead of the terminal.
+    with library_output(console_fd) as output:
+        try:
+            loaded = _load(config, overrides, data)  # a config error writes nothing
+            stage.enter("checking the workspace", workspace_root)
+            check_writable_workspace(workspace_root)
+            with RunLock(workspace_root / WORKSPACE_LOCK_FILE) as lock:
+                if not lock.acquired:
+                    raise WorkspaceInUse(f"mptfx {command}: workspace {workspace_root} is in "
+                                         f"use by another run ({lock.describe_holder()}); "
+                                         f"nothing to do")
+                run_id = run_id or new_run_id()
+                log_path = log_path_of(workspace_root, run_id)
+                stage.enter("opening the run's log", log_path)
+                output.move_to(log_path)
                 summary, interrupted = _run(loaded, workspace_root, data, run_id, log_path,
-                                            started, out, planner, command)
-            except UsageError:
-                raise
-            except Exception:  # outside any component: the traceback goes to the log
-                logging.getLogger("mptfx").exception("mptfx %s %s stopped", command, run_id)
-                raise
+                                            time.monotonic(), output.console, planner,
+                                            command, stage)
+        except (UsageError, WorkspaceInUse):
+            raise
+        except Exception as error:  # outside any component: the traceback goes to the log
+            logging.getLogger("mptfx").exception("mptfx %s %s stopped", command, run_id)
+            raise_if_disk_full(error, stage, workspace_root, log_path)
+            raise
     if interrupted:
         raise RunInterrupted(summary)
     return summary
@@ -191,12 +200,16 @@ def _run(
     out: TextIO,
     planner: Planner | None,
     command: str,
+    stage: Stage,
 ) -> tuple[RunSummary, bool]:
     """Build and run the pipeline; returns the written summary and whether it was
-    interrupted."""
+    interrupted. `stage` follows what is being done, for the line an OS error becomes."""
     workspace = Workspace(workspace_root)
+    stage.enter("checking the model file", config.model.module_file or None)
     check_model_file(config, out)  # before anything runs: a bad model file costs seconds
+    stage.enter("fetching the pretrained weights", None)
     check_pretrained_weights(config)
+    stage.enter("preparing the data", workspace.builtin_data_dir.parent)
     data = resolve_data(config, workspace, data_arg)
     check_teacher(config, workspace, data, out)  # trainer.distill: before the Ingest too
     plan = planner(config, workspace, data) if planner else RunPlan()
@@ -217,21 +230,16 @@ def _run(
         base["trigger"] = plan.trigger
     if plan.skip_reason:
         print(f"mptfx {command} {run_id}: {plan.skip_reason}; nothing to do", file=out)
-        summary = RunSummary.parse({
-            **base, "status": "skipped", "reason": plan.skip_reason, "components": {},
-            "wall_seconds": round(time.monotonic() - started, 2)})
-        summary.write()
-        return summary, False
+        return _skipped(base, plan.skip_reason, started, stage), False
 
     from components import tracking
 
     tracking_store = tracking.resolve_store(config, workspace.root, out)  # exit 2 if required
     from components.ingest.errors import DataError
     from models.user_module import UserModelError
-    from pipelines.local_runner import RunProgress, run_locally
     from pipelines.pipeline import create_pipeline
-    from pipelines.summary import build_summary, collect_outputs
 
+    stage.enter("building the pipeline", workspace.pipeline_root(config.pipeline.name))
     try:
         pipeline = create_pipeline(config, workspace, data, schema_file=plan.schema_file)
     except (UserModelError, DataError) as error:  # model file not staged; data fingerprint
@@ -240,37 +248,96 @@ def _run(
              f"after {config.named_after}, " if config.named_after else "")
     print(f"mptfx {command} {run_id}: {named}{len(pipeline.components)} components, "
           f"workspace {workspace.root}, log {log_path}", file=out)
+    # MLflow's import, store and (system metrics on) the run while the components run;
+    # started after TFX and Beam are imported here, so the two threads never import the
+    # same heavy packages at once.
+    tracking_ready = tracking.prepare(
+        tracking_store, run_id if config.tracking.system_metrics else None,
+        started=time.time() - (time.monotonic() - started))
+    # A crash from here on leaves no MLflow run RUNNING (log_run ends it otherwise).
+    with tracking.ended_on_crash(tracking_ready):
+        error, progress = _run_components(pipeline, run_id, out, stage, workspace, config,
+                                          tracking_ready)
+        disk_full = disk_full_error(error, stage, workspace.root, log_path) if error else None
+        if error is not None:
+            base["status"] = "failed"
+            base["failed_component"] = progress.failed_component
+            base["error"] = str(disk_full) if disk_full else (
+                f"{progress.failed_component or 'pipeline'} failed: "
+                f"{redact_text(one_line(error))}")
+        try:
+            summary = _summarize(pipeline, config, run_id, progress, base, started,
+                                 plan.after_run if error is None else None, stage)
+        except Exception:  # on a full disk, the summary is written only if it still fits
+            if disk_full is None:
+                raise
+            logging.getLogger("mptfx").exception("no summary for a run stopped by a full disk")
+        if disk_full is not None:  # the component's line, not a second one about MLflow's
+            raise disk_full
+        stage.enter("recording the run in MLflow", tracking_store.uri)
+        tracking.log_run(tracking_store, summary, out, tracking_ready)  # sets summary.mlflow
+    return summary, isinstance(error, KeyboardInterrupt)
+
+
+def _skipped(base: dict[str, Any], reason: str, started: float, stage: Stage) -> RunSummary:
+    """summary.json of a run that had nothing to do (retrain: no new span), written."""
+    summary = RunSummary.parse({**base, "status": "skipped", "reason": reason,
+                                "components": {},
+                                "wall_seconds": round(time.monotonic() - started, 2)})
+    stage.enter("writing summary.json", summary.summary_path)
+    summary.write()
+    return summary
+
+
+def _summarize(pipeline: Any, config: Config, run_id: str, progress: Any, base: dict[str, Any],
+               started: float, after_run: Callable[[RunSummary], None] | None,
+               stage: Stage) -> RunSummary:
+    """summary.json from ML Metadata and the timings, written after `after_run` saw it."""
+    from pipelines.summary import build_summary, collect_outputs
+
+    nodes = collect_outputs(pipeline.metadata_connection_config, config.pipeline.name, run_id)
+    timings = {name: t.seconds for name, t in progress.timings.items()}
+    summary = build_summary(nodes, timings, base, model_name=config.model.name)
+    summary.wall_seconds = round(time.monotonic() - started, 2)
+    if after_run is not None:
+        after_run(summary)
+    stage.enter("writing summary.json", summary.summary_path)
+    summary.write()
+    return summary
+
+
+def _run_components(pipeline: Any, run_id: str, out: TextIO, stage: Stage,
+                    workspace: Workspace, config: Config,
+                    tracking_ready: Any = None) -> tuple[BaseException | None, Any]:
+    """Run the components, one line as each starts and ends; returns what stopped them
+    (None when all completed) and the run's progress (timings, the failed component). The
+    in-process Trainer gets the MLflow run `tracking_ready` opened (system metrics)."""
+    from components import tracking
+    from pipelines.kubernetes.ir import TRAINER_NODE
+    from pipelines.local_runner import RunProgress, run_locally
+
+    outputs = workspace.pipeline_root(config.pipeline.name)
+    # The opened MLflow run is handed to the Trainer through the environment, as MLflow
+    # hands a run to a child process (until the pipeline ends).
+    handoff = contextlib.ExitStack()
 
     def on_event(kind: str, timing: Any) -> None:
         if kind == "start":
+            if timing.name == TRAINER_NODE and config.tracking.system_metrics:
+                handoff.enter_context(tracking.trainer_handoff(
+                    tracking_ready, config.tracking.system_metrics_interval_seconds))
+            stage.enter(timing.name, outputs / timing.name)
             print(f"  > {timing.name} ...", file=out, flush=True)
         else:
             print(f"  < {timing.name} done in {timing.seconds:.1f} s", file=out, flush=True)
 
     progress = RunProgress()
-    error: BaseException | None = None
-    # MLflow's import and store while the components run; started after TFX and Beam are
-    # imported here, so the two threads never import the same heavy packages at once.
-    tracking_ready = tracking.prepare(tracking_store)
     try:
-        run_locally(pipeline, run_id, on_event, progress)
+        with handoff:
+            run_locally(pipeline, run_id, on_event, progress)
     except KeyboardInterrupt:
-        error = KeyboardInterrupt("interrupted")
+        return KeyboardInterrupt("interrupted"), progress
     except Exception as failure:  # a component raised: report it, keep the summary
-        error = failure
         logging.getLogger("mptfx").exception("component %s failed", progress.failed_component)
-
-    if error is not None:
-        base["status"] = "failed"
-        base["failed_component"] = progress.failed_component
-        base["error"] = (f"{progress.failed_component or 'pipeline'} failed: "
-                         f"{redact_text(one_line(error))}")
-    nodes = collect_outputs(pipeline.metadata_connection_config, config.pipeline.name, run_id)
-    timings = {name: t.seconds for name, t in progress.timings.items()}
-    summary = build_summary(nodes, timings, base, model_name=config.model.name)
-    summary.wall_seconds = round(time.monotonic() - started, 2)
-    if plan.after_run is not None and error is None:
-        plan.after_run(summary)
-    summary.write()
-    tracking.log_run(tracking_store, summary, out, tracking_ready)  # sets summary.mlflow
-    return summary, isinstance(error, KeyboardInterrupt)
+        return failure, progress
+    return None, progress

@@ -237,7 +237,13 @@ def _libdevice_candidates() -> list[str]:
 @contextlib.contextmanager
 def _quiet_native_output() -> Iterator[None]:
     """TensorFlow's C++ start-up lines (XLA service, cuInit) go to descriptors 1 and 2
-    whatever TF_CPP_MIN_LOG_LEVEL says; the report itself carries every error they name."""
+    whatever TF_CPP_MIN_LOG_LEVEL says; the report itself carries every error they name.
+    With `--verbose` they are shown."""
+    from pipelines.console import is_verbose
+
+    if is_verbose():
+        yield
+        return
     sys.stdout.flush()
     sys.stderr.flush()
     saved = [os.dup(1), os.dup(2)]
@@ -283,7 +289,9 @@ def run_doctor(as_json: bool = False, out: TextIO = sys.stdout,
 
 
 def _command_doctor(args: argparse.Namespace) -> int:
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # before TensorFlow is imported
+    from pipelines.console import quiet_tensorflow
+
+    quiet_tensorflow()  # before TensorFlow is imported
     return run_doctor(args.json)
 
 

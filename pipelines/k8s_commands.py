@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -82,15 +81,16 @@ def compile_for_kubernetes(config: Config, run_id: str, data_arg: str | None,
 
     Returns (tfx pipeline, IR pointed at the cluster's database, a note). With
     `allow_missing_data`, data that is not reachable here (it lives on the cluster's volume)
-    is stood in for by an empty folder: the objects are the same, only the Ingest's input
-    fingerprint is not the real one. `data` (a DataSelection already resolved, e.g. by
-    `mptfx retrain`) replaces `data_arg`; `schema_file` is the schema to validate against.
+    is stood in for by a selection nobody listed: the objects are the same, only the
+    Ingest's data selection is not the real one. `data` (a DataSelection already resolved,
+    e.g. by `mptfx retrain`) replaces `data_arg`; `schema_file` is the schema to validate
+    against.
     """
+    from components.ingest.selection import DataSelection
     from pipelines.data_source import resolve_data
     from pipelines.kubernetes.ir import prepare_ir
     from pipelines.local_runner import compile_pipeline
     from pipelines.pipeline import create_pipeline
-    from pipelines.spans import DataSelection
     from pipelines.workspace import Workspace
 
     workspace = Workspace(Path(config.kubernetes.workspace))
@@ -101,10 +101,9 @@ def compile_for_kubernetes(config: Config, run_id: str, data_arg: str | None,
         if not allow_missing_data:
             raise UsageError(f"{error} (data.source must be reachable where the driver runs; "
                              "in the cluster use mptfx k8s submit --driver-job)") from None
-        stand_in = tempfile.mkdtemp(prefix="mptfx-data-stand-in-")
-        data = DataSelection(root=stand_in)
+        data = DataSelection(root=data_arg or config.data.source)
         note = (f"data {data_arg or config.data.source} is not reachable here ({error}); "
-                "the driver computes the real Ingest fingerprint at submit time")
+                "the driver lists the data for the Ingest at submit time")
     from models.user_module import UserModelError
 
     try:
@@ -221,7 +220,7 @@ def drive_run(config: Config, run_id: str, clients: tuple[Any, Any, Any], *, in_
     Returns the exit code.
     """
     from pipelines.console import library_output_to
-    from pipelines.k8s_tracking import record_run
+    from pipelines.k8s_tracking import open_run_for_pods, record_run
     from pipelines.kubernetes.driver import KubernetesRunner
     from pipelines.kubernetes.ir import ir_uri, plan_nodes, store_ir
 
@@ -246,8 +245,9 @@ def drive_run(config: Config, run_id: str, clients: tuple[Any, Any, Any], *, in_
             store_ir(ir, location)
             print(f"mptfx k8s submit {run_id}: {len(ir.nodes)} nodes, namespace {namespace}, "
                   f"IR {location}, logs {logs}", file=out)
+        opened, trainer_env = open_run_for_pods(config, workspace_root, run_id, out)
         runner = KubernetesRunner(config, *clients, out=out, log_dir=logs / "pods",
-                                  follow_logs=follow_logs)
+                                  follow_logs=follow_logs, trainer_env=trainer_env)
         try:
             report = runner.run(run_id, plan_nodes(ir, config), location)
         except KeyboardInterrupt:
@@ -255,7 +255,8 @@ def drive_run(config: Config, run_id: str, clients: tuple[Any, Any, Any], *, in_
                   f"mptfx k8s submit --resume {run_id}", file=out)
             return EXIT_INTERRUPTED
         _print_report(report, out)
-        summary = record_run(config, ir, report, logs, workspace_root, out, trigger=trigger)
+        summary = record_run(config, ir, report, logs, workspace_root, out, trigger=trigger,
+                             opened=opened)
         if after_run is not None and report.succeeded and summary:
             after_run(summary)
     if report.succeeded and summary is not None and summary.status == "failed":

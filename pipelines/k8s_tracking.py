@@ -27,9 +27,50 @@ from components.run_summary import SUMMARY_FILE, RunSummary
 ORCHESTRATOR = "kubernetes"
 
 
+def open_run_for_pods(config: Config, workspace_root: Path, run_id: str,
+                      out: TextIO) -> tuple[Any, dict[str, str]]:
+    """Opens the run's MLflow run before the first Job (or finds the one a first driver
+    opened), so that the Trainer's pods log MLflow's system metrics to it.
+
+    The pods reach MLflow at `kubernetes.tracking_uri`; the run is recorded where
+    `tracking.resolve_store` says. Only when both are the same server can the pods log to
+    the run: otherwise one line says why the Trainer logs no system metrics.
+
+    Returns:
+        (the opened run for `record_run`, or None; the variables for the Trainer's pods).
+    """
+    import io
+
+    from components import tracking
+    from components.core.text import one_line
+    from components.redact import redact
+    from components.tracking.live_run import PreparedRun, open_run, trainer_environment
+    from components.tracking.system_metrics import ENV_TRACKING_URI
+
+    if not config.tracking.system_metrics:
+        return None, {}
+    pods_uri = config.kubernetes.tracking_uri
+    try:
+        # Its warnings are printed once, by record_run after the run.
+        store = tracking.resolve_store(config, workspace_root, io.StringIO())
+        if store.uri != pods_uri:
+            raise ValueError(f"the pods' MLflow server kubernetes.tracking_uri "
+                             f"{redact(pods_uri)} is not where this run is recorded "
+                             f"({redact(store.uri)}); run the driver in the cluster "
+                             f"(--driver-job) or set tracking.uri to it")
+        opened = open_run(store, run_id)
+    except Exception as error:  # the run goes on without them
+        print(f"mptfx k8s submit: system metrics: not logged: {one_line(error, redact=True)}",
+              file=out, flush=True)
+        return None, {}
+    env = trainer_environment(store, opened, config.tracking.system_metrics_interval_seconds)
+    del env[ENV_TRACKING_URI]  # every pod has it already (manifests.pod_env), with its login
+    return PreparedRun.opened(store, opened), env
+
+
 def record_run(
     config: Config, ir: Any, report: Any, log_dir: Path, workspace_root: Path, out: TextIO,
-    trigger: dict[str, Any] | None = None,
+    trigger: dict[str, Any] | None = None, opened: Any = None,
 ) -> RunSummary | None:
     """Builds the run's summary from ML Metadata and records it in MLflow.
 
@@ -43,6 +84,7 @@ def record_run(
             a driver in the cluster, the local workspace for one outside it.
         out: where the one-line messages go.
         trigger: why the run was started (summary.json's `trigger`), e.g. by drift.
+        opened: the MLflow run `open_run_for_pods` opened (recorded into), or None.
 
     Returns:
         the run's summary (with an `mlflow` section when it was recorded), or None when
@@ -89,5 +131,5 @@ def record_run(
         print(f"mptfx: warning: run {report.run_id} not tracked: {one_line(error)}",
               file=out, flush=True)
         return summary
-    tracking.log_run(store, summary, out)
+    tracking.log_run(store, summary, out, opened)
     return summary

@@ -19,14 +19,13 @@ from components.examples_format import EVAL_SPLIT, LABEL_KEY, MASK_KEY
 from components.infra.component import InfraValidator
 from components.ingest.beam_ingest import LOCAL_INGEST_BEAM_ARGS
 from components.ingest.component import ImageExampleGen
-from components.ingest.listing import compute_input_fingerprint
+from components.ingest.selection import DataSelection
 from components.pusher.component import AtomicPusher
 from components.tflite.component import TFLiteExport
 from components.validation.gate import DataValidationGate
 from models import SEGMENTATION
 from models.user_module import stage_module_file
 from pipelines.distill import resolve_teacher
-from pipelines.spans import DataSelection
 from pipelines.workspace import Workspace
 
 TRAINER_RUN_FN = "components.trainer.module.run_fn"
@@ -159,15 +158,16 @@ def _trainer_custom_config(config: Config, workspace: Workspace) -> dict:
 def create_pipeline(
     config: Config, workspace: Workspace, data: DataSelection, schema_file: str = ""
 ) -> tfx.dsl.Pipeline:
-    """Build the pipeline for `config`, reading images (or TFRecords) from `data`.
+    """Build the pipeline for `config`, ingesting `data` (`resolve_data`'s selection).
 
     With `schema_file` (or `data.schema_file`) the data is validated against that schema
     (ImportSchemaGen) instead of one inferred from the data itself (SchemaGen), so a new
     drop that breaks it stops the run.
     """
     ingest = ImageExampleGen(
-        data_root=data.root,
-        span_dirs=json.dumps(data.span_dirs),
+        # The selection resolve_data listed once, its listing stored by its hash: the
+        # parameter changes exactly when a file does, so TFX's cache re-ingests exactly then.
+        data_selection=data.parameter(),
         splits=json.dumps(config.data.splits),
         image_size=json.dumps(config.data.image_size),
         resize_method=config.data.resize_method,
@@ -177,9 +177,6 @@ def create_pipeline(
         max_file_mb=config.data.max_file_mb,
         jpeg_quality=config.data.jpeg_quality,
         shard_mb=config.data.shard_mb,
-        # Part of the execution's inputs, so TFX's cache re-ingests exactly when files change.
-        input_fingerprint=compute_input_fingerprint(data.root),
-        span=data.span,
         ingest_engine=config.data.ingest_engine,
     ).with_id("Ingest")
     if config.data.ingest_engine == "beam" and not config.pipeline.beam_pipeline_args:

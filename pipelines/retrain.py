@@ -167,15 +167,13 @@ def start_retrain(args: argparse.Namespace, trigger: dict[str, Any] | None = Non
 
 def _nothing_new(data: Any, trained: list[dict[str, Any]]) -> str | None:
     """Why `data` holds nothing the Trainer has not trained on, or None when it does."""
-    from components.ingest.listing import compute_input_fingerprint
-
     if data.spans and trained:
         newest_trained = max(item["span"] for item in trained)
         if data.span <= newest_trained:
             return f"no new data since span {newest_trained}"
     elif trained:
-        fingerprint = compute_input_fingerprint(data.root)
-        if any(item["input_fingerprint"] == fingerprint for item in trained):
+        # The run's one listing (resolve_data) already holds the digest the Ingest stores.
+        if any(item["input_fingerprint"] == data.fingerprint for item in trained):
             return f"no new data in {data.root} since the last training"
     return None
 

@@ -112,6 +112,18 @@ def describe_infra(infra: InfraSection) -> str:
     return f"{verdict} ({infra.server}{': ' if measured else ''}{', '.join(measured)})"
 
 
+def _input_fact(record: dict | None) -> list[tuple[str, str]]:
+    """The Trainer's input-bound sentence, or the share of the step spent waiting."""
+    if not record or record.get("wait_share") is None:
+        return []
+    if record.get("advice"):
+        return [("input", record["advice"])]
+    alone = record.get("model_steps_per_sec")
+    return [("input", f"{100 * record['wait_share']:.0f} % of the step waited for input"
+             + (f" (model alone {alone:.0f} steps/s, training {record['steps_per_sec']:.0f})"
+                if alone and record.get("steps_per_sec") else ""))]
+
+
 def _print_summary(summary: RunSummary, out: TextIO) -> None:
     rows = [("component", "status", "seconds")]
     for name, info in summary.components.items():
@@ -140,6 +152,7 @@ def _print_summary(summary: RunSummary, out: TextIO) -> None:
                       f"({trainer.precision_reason}), strategy {trainer.strategy}, "
                       f"xla {xla}, {trainer.epochs} epochs, "
                       f"{trainer.images_per_sec or 0:.0f} img/s"))
+        facts.extend(_input_fact(trainer.input_bound))
     if evaluation.present():
         verdict = "BLESSED" if evaluation.blessed else "NOT blessed: " + "; ".join(
             evaluation.why_not_blessed or [])
@@ -158,6 +171,8 @@ def _print_summary(summary: RunSummary, out: TextIO) -> None:
                           f"{info.agreement}, published: {info.path or 'no'}"))
     if summary.error:
         facts.append(("error", summary.error))
+    if summary.report_path:
+        facts.append(("report", summary.report_path))
     facts.append(("summary", summary.summary_path))
     print("", file=out)
     for key, value in facts:

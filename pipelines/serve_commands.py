@@ -23,7 +23,6 @@ import argparse
 import json
 import os
 import sys
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +85,7 @@ def register(commands: Any) -> None:
 def _open(args: argparse.Namespace) -> tuple[Any, Any, Any]:
     """The config, the ServingTarget and the RegistryView the verbs work on."""
     from components.serving.rollout import RegistryView, ServingTarget
+    from components.tracking.reader import open_reader, sqlite_path
     from components.tracking.store import (
         is_local_uri,
         local_store_uri,
@@ -104,14 +104,16 @@ def _open(args: argparse.Namespace) -> tuple[Any, Any, Any]:
     target = ServingTarget(serving_dir, _model_name(config, serving_dir))
     uri = (args.tracking_uri or requested_tracking_uri(config.tracking.uri, os.environ)
            or local_store_uri(workspace))
-    client = None
+    reader = None
     if config.tracking.register_model:
-        database = uri[len("sqlite:///"):] if uri.startswith("sqlite:///") else None
+        database = sqlite_path(uri)
         if not is_local_uri(uri):
             require_reachable(uri, config.tracking.connect_timeout_seconds)
-        if database is None or Path(database).exists():
-            client = mlflow_client(uri)
-    return config, target, RegistryView.open(client, target.model_name)
+        if database is None or database.exists():
+            reader = open_reader(uri)
+    # MLflow itself is imported only when an alias moves or a rollout is recorded.
+    return config, target, RegistryView.open(reader, target.model_name,
+                                             connect=lambda: mlflow_client(uri))
 
 
 def _model_name(config: Config, serving_dir: Path) -> str:
@@ -145,12 +147,8 @@ def _route_weight(args: argparse.Namespace, config: Config, labels: Any, route: 
 
 def _run_verb(args: argparse.Namespace, config: Config, target: Any, registry: Any) -> int:
     from components.serving import rollout
-    from components.serving.manifests import (
-        ROUTE_FILE,
-        ROUTE_HEADER,
-        render_http_route,
-        write_manifests,
-    )
+    from pipelines.kubernetes.objects import write_manifests
+    from pipelines.kubernetes.serving import ROUTE_FILE, ROUTE_HEADER, render_http_route
 
     if getattr(args, "weight", None) is not None and not 0 <= args.weight <= 100:
         raise UsageError(f"--weight must be between 0 and 100. Received: {args.weight}")
@@ -194,8 +192,9 @@ def _print_status(state: dict[str, Any]) -> None:
 
 
 def _run_render(args: argparse.Namespace, config: Config, target: Any) -> int:
-    from components.serving.manifests import ROUTE_FILE, render_all, write_manifests
-    from components.serving.rollout_job import ROLLOUT_FILE, ROLLOUT_HEADER, rollout_objects
+    from pipelines.kubernetes.objects import write_manifests
+    from pipelines.kubernetes.rollout_job import ROLLOUT_FILE, ROLLOUT_HEADER, rollout_objects
+    from pipelines.kubernetes.serving import ROUTE_FILE, render_all
 
     out = Path(args.k8s_out or Path(args.workspace).resolve() / "k8s")
     weight = _route_weight(args, config, target.labels(), out / ROUTE_FILE)
@@ -207,7 +206,7 @@ def _run_render(args: argparse.Namespace, config: Config, target: Any) -> int:
 
 
 def _run_check(args: argparse.Namespace, target: Any) -> int:
-    from components.serving.check import EndpointError, check_endpoint
+    from pipelines.serve_check import EndpointError, check_endpoint
 
     try:
         report = check_endpoint(args.url, target, args.label)
@@ -229,10 +228,10 @@ def command_serve(args: argparse.Namespace) -> int:
     """`mptfx serve ACTION`."""
     from components.serving.models_config import ModelsConfigError
     from components.serving.rollout import check_and_repair
+    from pipelines.console import quiet_tensorflow
 
     # Before TensorFlow and MLflow are imported: a refusal must be the only line printed.
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    warnings.filterwarnings("ignore")
+    quiet_tensorflow()
     try:
         config, target, registry = _open(args)
         if args.serve_command == "check":

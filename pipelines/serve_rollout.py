@@ -66,12 +66,8 @@ def command_sidecar(args: argparse.Namespace) -> int:
 def _route_writer(args: argparse.Namespace, config: Config):
     """The function that moves the canary weight: the rendered file, and the cluster's
     HTTPRoute with --in-cluster."""
-    from components.serving.manifests import (
-        ROUTE_FILE,
-        ROUTE_HEADER,
-        render_http_route,
-        write_manifests,
-    )
+    from pipelines.kubernetes.objects import write_manifests
+    from pipelines.kubernetes.serving import ROUTE_FILE, ROUTE_HEADER, render_http_route
 
     route_path = Path(args.k8s_out or Path(args.workspace).resolve() / "k8s") / ROUTE_FILE
     patch = None
@@ -95,7 +91,7 @@ def _route_writer(args: argparse.Namespace, config: Config):
 
 def _recorder_factory(args: argparse.Namespace, config: Config, registry: Any):
     """MLflow records the rollout in the pipeline's experiment, beside its runs."""
-    if registry.client is None:
+    if registry.reader is None:
         return None
     from components.tracking.rollout_record import RolloutRun
     from components.tracking.store import LOCAL_ARTIFACTS_DIR, is_local_uri
@@ -116,8 +112,8 @@ def run_rollout_command(args: argparse.Namespace, config: Config, target: Any,
                         registry: Any) -> int:
     """`mptfx serve rollout`: lines on stdout, the verdict's line on stderr unless promoted."""
     from components.serving import rollout
-    from components.serving.canary_rollout import PROMOTED, outcome_line, run_rollout
     from components.serving.prometheus import Prometheus
+    from pipelines.canary_rollout import PROMOTED, outcome_line, run_rollout
 
     settings = config.serving.analysis
     if args.if_canary and target.labels().canary is None:

@@ -26,7 +26,7 @@ from typing import Any
 
 from components.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_PIPELINE_FAILED, UsageError
 from components.run_summary import RunSummary
-from components.tracking import commands as tracking_commands
+from pipelines import tracking_commands
 
 
 class GridError(ValueError):
@@ -151,9 +151,10 @@ def command_sweep(args: argparse.Namespace) -> int:
     from components.tracking.compare import load_rows
 
     rows: list[dict[str, Any]] = []
+    workspace = Path(args.workspace).resolve()
     for run_id, uri in recorded:
-        client = tracking_commands.open_store(uri, Path(args.workspace).resolve())
-        rows += load_rows(client, [client.get_run(run_id)])
+        reader = tracking_commands.open_store(uri, workspace)
+        rows += load_rows(reader, [run for run in [reader.run(run_id)] if run], workspace)
     tracking_commands.print_comparison(rows, args, recorded[-1][1], "sweep")
     return exit_code
 

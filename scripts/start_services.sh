@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Start the servers the tests need (installing them on a fresh machine). Idempotent, and
-# quick when everything is already there; `make test` runs it before pytest.
+# Start the servers the tests need, and install the programs they run (on a fresh machine).
+# Idempotent, and quick when everything is already there; `make test` runs it before pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=lib/packages.sh
@@ -49,5 +49,13 @@ start_prometheus() {
   echo "services: $(prometheus --version 2>&1 | head -1) (tests start their own server)"
 }
 
+# Chromium (Debian's `chromium`): the report test renders runs/<id>/report.html headless and
+# checks that every image loads with no console error (tests/chromium.py). No daemon.
+ensure_chromium() {
+  ensure_programs services chromium:chromium
+  echo "services: $(chromium --version 2>/dev/null | head -1) (headless, for the run report test)"
+}
+
 start_postgres
 start_prometheus
+ensure_chromium

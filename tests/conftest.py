@@ -56,6 +56,20 @@ def mptfx():
     return run_mptfx
 
 
+@pytest.fixture(autouse=True)
+def _process_environment_restored():
+    """A command run in-process (`cli.main`) may set process-wide state for the rest of its
+    process (`quiet_tensorflow`: TF_CPP_MIN_LOG_LEVEL, warning filters); undone after each
+    test, so a later test's `mptfx` subprocess starts with a user's environment."""
+    import warnings
+
+    environment, filters = dict(os.environ), list(warnings.filters)
+    yield
+    os.environ.clear()
+    os.environ.update(environment)
+    warnings.filters[:] = filters
+
+
 @pytest.fixture
 def mptfx_here(capsys, monkeypatch):
     """`mptfx ARGS` in this process (`pipelines.cli.main`, what the console script calls),

@@ -6,9 +6,10 @@ base path, resolving version labels through the real `models.config`.
         requests.post(f"{server.url}/v1/models/digits/labels/canary:predict", json=body)
 
 Answers `GET /v1/models/<name>` (the versions models.config loads, AVAILABLE) and
-`POST /v1/models/<name>[/versions/N | /labels/L]:predict` (TF Serving's "inputs" body,
-`{"b64": ...}` for strings; the reply's "outputs"). `answer_from[label] = version` makes it
-answer a label from the wrong version, as a misconfigured server would.
+`POST /v1/models/<name>[/versions/N | /labels/L]:predict` (TF Serving's "inputs" or
+"instances" body, `{"b64": ...}` for strings; the reply's "outputs" or "predictions").
+`answer_from[label] = version` makes it answer a label from the wrong version, as a
+misconfigured server would.
 
 `GET /monitoring/prometheus/metrics` serves what TF Serving 2.16's own exporter serves
 (`util/prometheus_exporter.cc`, the metrics of `servables/tensorflow/util.cc` as
@@ -27,7 +28,6 @@ answers; `collapse_to_class[version] = c` makes it answer class c for every exam
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import json
 import sys
@@ -37,6 +37,8 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 
 def served(serving_dir: Path, model_name: str) -> dict:
@@ -155,41 +157,39 @@ class TFServingDouble(BaseHTTPRequestHandler):
         return int(parts[4]) if len(parts) == 5 else labels["stable"]
 
     def predict(self, version: int, body: dict) -> dict:
-        """The SavedModel of `version` answers a TF Serving REST predict body."""
+        """The SavedModel of `version` answers a TF Serving REST predict body, columns
+        (`inputs`, answered with `outputs`) or rows (`instances`, with `predictions`), read
+        and written as TF Serving's json_tensor.cc does (components/serving/rest_json.py)."""
         import tensorflow as tf
+
+        from components.serving.rest_json import answer, parse_request
 
         if version not in self.models:
             self.models[version] = tf.saved_model.load(
                 str(self.serving_dir / self.model_name / str(version)))
-
-        def decode(value):
-            if isinstance(value, dict):
-                return base64.b64decode(value["b64"])
-            return [decode(v) for v in value] if isinstance(value, list) else value
-
         signature = self.models[version].signatures[body.get("signature_name",
                                                              "serving_default")]
-        inputs = {}
-        for name, value in body["inputs"].items():
-            dtype = signature.structured_input_signature[1][name].dtype
-            inputs[name] = tf.constant(decode(value), dtype=dtype)
-        outputs = signature(**inputs)
-        answer = {k: (v.numpy().astype(str) if v.dtype == tf.string
-                      else v.numpy()).tolist() for k, v in outputs.items()}
-        if version in self.collapse_to_class and "class_id" in answer:
-            answer = self.collapsed(answer, self.collapse_to_class[version])
-        return {"outputs": answer}
+        specs = signature.structured_input_signature[1]
+        arrays, rows = parse_request(body, {name: spec.dtype.as_numpy_dtype
+                                            for name, spec in specs.items()})
+        outputs = {name: value.numpy() for name, value in signature(**{
+            name: tf.constant(array, dtype=specs[name].dtype)
+            for name, array in arrays.items()}).items()}
+        if version in self.collapse_to_class and "class_id" in outputs:
+            outputs = self.collapsed(outputs, self.collapse_to_class[version])
+        return answer(outputs, rows)
 
     @staticmethod
-    def collapsed(answer: dict, class_id: int) -> dict:
-        """The same answer shape, every example predicted as `class_id` (probability 0.9)."""
-        count, classes = len(answer["class_id"]), len(answer["probabilities"][0])
+    def collapsed(outputs: dict, class_id: int) -> dict:
+        """The same outputs, every example predicted as `class_id` (probability 0.9)."""
+        count, classes = outputs["probabilities"].shape
         rest = 0.1 / (classes - 1)
         row = [0.9 if k == class_id else rest for k in range(classes)]
-        changed = {"class_id": [class_id] * count, "probabilities": [row] * count}
-        if "class_name" in answer:
-            changed["class_name"] = [str(class_id)] * count
-        return {**answer, **changed}
+        changed = {"class_id": np.full(count, class_id, np.int64),
+                   "probabilities": np.array([row] * count, np.float32)}
+        if "class_name" in outputs:
+            changed["class_name"] = np.array([str(class_id).encode()] * count, dtype=object)
+        return {**outputs, **changed}
 
     def do_POST(self) -> None:  # noqa: N802
         started = time.monotonic()
@@ -209,7 +209,10 @@ class TFServingDouble(BaseHTTPRequestHandler):
             status, code, answer = "INTERNAL", 500, {"error": f"injected failure of version "
                                                               f"{version}"}
         else:
-            code, answer = 200, self.predict(version, body)
+            try:
+                code, answer = 200, self.predict(version, body)
+            except Exception as error:  # TF Serving answers a bad request with its error
+                status, code, answer = "INVALID_ARGUMENT", 400, {"error": _cause(error)}
         if self.extra_latency_ms.get(version):
             time.sleep(self.extra_latency_ms[version] / 1000)
         self.reply(code, answer)

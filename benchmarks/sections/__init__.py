@@ -1,6 +1,7 @@
 """The sections of `mptfx bench`, one module each, in the order they run and results.md
 shows them: what a user needs to choose a training setup on this machine (precision, XLA,
-batch size, input pipeline, photo-scale data, the photo model's quality, distillation).
+batch size, input pipeline, photo-scale data, the photo model's quality, distillation),
+what its predictions for new photos cost and what watching a run costs.
 
 Each module has a `SECTION` (a `base.Section`): the worker tasks it starts (a frozen
 parameters dataclass and a measure each, `tasks.Task`), its run step, its table and its
@@ -26,6 +27,8 @@ from benchmarks.sections import (
     input_pipeline,
     largest_batch,
     photo_quality,
+    predict,
+    system_metrics,
     throughput,
 )
 from benchmarks.sections.base import Section, Suite
@@ -39,6 +42,8 @@ SECTIONS: tuple[Section, ...] = (
     input_pipeline.SECTION,
     data_scale.SECTION,
     photo_quality.SECTION,
+    predict.SECTION,
+    system_metrics.SECTION,
     distillation.SECTION,
 )
 

@@ -92,6 +92,13 @@ def short(text: str | None, limit: int = 120) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def targets_table(targets: list[tuple[str, str, str, str]]) -> list[str]:
+    """The markdown table of a section's (what, measured, target, verdict) rows."""
+    return ["| target | measured | target | verdict |", "|---|---:|---|---|",
+            *(f"| {what} | {measured} | {target} | {verdict} |"
+              for what, measured, target, verdict in targets), ""]
+
+
 def status_line(title: str, section: dict[str, Any]) -> list[str]:
     """`title: status: error` for a section that did not measure (none when it did not run)."""
     if not section.get("status"):

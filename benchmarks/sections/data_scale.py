@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from benchmarks.sections.base import Section, number
+from benchmarks.sections.base import Section, number, targets_table
 from benchmarks.sections.context import Context
 from benchmarks.sections.tasks import Task, arguments
 
@@ -359,12 +359,8 @@ def _table(entry: dict[str, Any]) -> list[str]:
         f"runs the speed-ups come from alternate, median of {SCALING_ROUNDS}; the inputs "
         f"alternate, best of {ROUNDS} rounds. A100 figure: {A100_SOURCE}.",
         "",
-        "| target | measured | target | verdict |",
-        "|---|---:|---|---|",
     ]
-    lines += [f"| {what} | {measured} | {target} | {verdict} |"
-              for what, measured, target, verdict in targets(entry)]
-    return lines + [""]
+    return lines + targets_table(targets(entry))
 
 
 SECTION = DataScale()

@@ -301,6 +301,11 @@ class TrackingSection(_Section):
     register_model: bool = True
     # How long to wait for the server's /health before treating it as unreachable.
     connect_timeout_seconds: float = Field(5.0, gt=0)
+    # MLflow's own system metrics (CPU, memory, disk, network; GPU through NVML) while the
+    # Trainer runs, logged to the run's MLflow run, which then opens when the pipeline starts.
+    system_metrics: bool = True
+    # Seconds between two samples (MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL in the Trainer).
+    system_metrics_interval_seconds: float = Field(2.0, gt=0)
 
 
 class ServingSection(_Section):

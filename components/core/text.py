@@ -14,12 +14,15 @@ from components.redact import redact_text
 # node was defined at, then the cause, then "[[{{node ...}}]] [Op:...]".
 _GRAPH_ERROR = "Graph execution error:"
 _TF_NODE_NOISE = re.compile(r"\s*\[\[\{\{node [^}]*\}\}\]\].*$|\s*\[Op:[^\]]*\].*$")
+# An eager op's error: "{{function_node __wrapped__DecodeImage_device_/...}} <the sentence>
+# [Op:DecodeImage] name: "; a person wants only the sentence in between.
+_TF_EAGER_NOISE = re.compile(r"^\{\{function_node [^}]*\}\}\s*|\s*\[Op:[^\]]*\](\s*name:.*)?$")
 
 
 def one_line(error: BaseException | str, limit: int | None = None, redact: bool = False) -> str:
     """The first non-blank line of `error`'s message (a TensorFlow OpError's `message`,
-    without its op name; for an error inside a graph, its cause rather than "Graph execution
-    error:"), or the exception's type name when the message is empty.
+    without its function and op names; for an error inside a graph, its cause rather than
+    "Graph execution error:"), or the exception's type name when the message is empty.
 
     Args:
         error: an exception, or a message already taken out of one ("" stays "").
@@ -33,8 +36,8 @@ def one_line(error: BaseException | str, limit: int | None = None, redact: bool 
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
     if lines and lines[0] == _GRAPH_ERROR:
         lines = _graph_error_cause(text) or lines
-    line = lines[0] if lines else (type(error).__name__ if isinstance(error, BaseException)
-                                   else "")
+    line = _TF_EAGER_NOISE.sub("", lines[0]).strip() if lines else ""
+    line = line or (type(error).__name__ if isinstance(error, BaseException) else "")
     return line[:limit] if limit else line
 
 

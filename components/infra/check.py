@@ -8,16 +8,18 @@
 The server is TF Serving (a sidecar on Kubernetes, `tf_serving.TFServingSidecar`) or a
 process of its own (`model_process.ModelProcess`); both take TF Serving's REST predict
 body. The requests: every warm-up record of the SavedModel, `num_examples` eval examples
-through `serving_default`, and a batch of zeros for each numeric signature neither
-covers, so every exported signature answers once (the zeros are not timed: no warm-up
-record warms those signatures). A candidate is blessed when it loads
-within `max_load_seconds`, answers every request, stays under the memory limit and its p99
-latency is at most `p99_latency_ms`; otherwise `reason` is one line naming the cause.
+through `serving_default`, each example's image file through `predict_image_bytes` as a
+client sends a photo (`{"instances": [{"b64": ...}]}`), and a batch of zeros for each
+numeric signature none of those covers, so every exported signature answers once (the zeros
+are not timed: no warm-up record warms those signatures). A candidate is blessed when it
+loads within `max_load_seconds`, answers every request, answers each image's bytes as it
+answered its Example (the same class, probabilities within `SAME_ANSWER_TOLERANCE`), stays
+under the memory limit and its p99 latency is at most `p99_latency_ms`; otherwise `reason`
+is one line naming the cause.
 """
 
 from __future__ import annotations
 
-import base64
 import dataclasses
 import os
 import time
@@ -25,10 +27,15 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from components.examples_format import COMPRESSION, EVAL_SPLIT, split_pattern
+from components.examples_format import COMPRESSION, EVAL_SPLIT, IMAGE_KEY, split_pattern
 from components.infra.model_process import ModelServerError, ServerTimeout
+from components.serving.rest_json import COLUMNS_ANSWER_KEY, ROWS_ANSWER_KEY, b64, rest_value
 
 SERVING_SIGNATURE = "serving_default"
+IMAGE_BYTES_SIGNATURE = "predict_image_bytes"
+# Both signatures decode the same file with the same ops, one image a request: the answers
+# differ by float round-off at most.
+SAME_ANSWER_TOLERANCE = 1e-5
 # The harness (a Python process importing TensorFlow, or the sidecar's start) is not the
 # candidate: it gets its own generous bound, apart from infra.max_load_seconds.
 START_TIMEOUT_SECONDS = 600.0
@@ -90,17 +97,13 @@ class Request:
     # Counted in p50/p99. A signature no warm-up record warms pays its graph's setup on
     # its first call: that request checks that it answers, not how fast.
     timed: bool = True
+    # The index of an earlier request whose answer this one must equal (the same image).
+    same_as: int | None = None
 
 
 def rest_inputs(inputs: dict[str, np.ndarray]) -> dict[str, Any]:
     """Named arrays as TF Serving's REST "inputs": nested lists, bytes as {"b64": ...}."""
-    def value(array: np.ndarray) -> Any:
-        if array.dtype.kind in ("S", "O"):
-            return np.vectorize(lambda b: {"b64": base64.b64encode(b).decode()},
-                                otypes=[object])(array).tolist()
-        return array.tolist()
-
-    return {name: value(np.asarray(array)) for name, array in inputs.items()}
+    return {name: rest_value(np.asarray(array)) for name, array in inputs.items()}
 
 
 def serving_signatures(model_dir: str) -> dict[str, Any]:
@@ -142,8 +145,39 @@ def _eval_examples(examples_uri: str, count: int) -> list[bytes]:
     return [record.numpy() for record in dataset]
 
 
+def _image_of(example: bytes) -> bytes:
+    from tensorflow.core.example import example_pb2
+
+    return example_pb2.Example.FromString(example).features.feature[IMAGE_KEY].bytes_list.value[0]
+
+
+def _eval_requests(signatures: dict[str, Any], examples: list[bytes],
+                   first_index: int) -> list[Request]:
+    """Each eval example through `serving_default`, then its image file through
+    `predict_image_bytes` (when the model has it), whose answer must equal the first's."""
+    serving = signatures.get(SERVING_SIGNATURE)
+    if serving is None or len(serving.inputs) != 1:
+        return []
+    [input_name] = serving.inputs
+    image_bytes = signatures.get(IMAGE_BYTES_SIGNATURE)
+    requests = []
+    for number, example in enumerate(examples, 1):
+        requests.append(Request(
+            f"eval example {number} ({SERVING_SIGNATURE})",
+            {"signature_name": SERVING_SIGNATURE,
+             "inputs": rest_inputs({input_name: np.array([example], dtype=object)})}))
+        if image_bytes is not None and len(image_bytes.inputs) == 1:
+            requests.append(Request(
+                f"image of eval example {number} ({IMAGE_BYTES_SIGNATURE})",
+                {"signature_name": IMAGE_BYTES_SIGNATURE,
+                 "instances": [b64(_image_of(example))]},
+                same_as=first_index + len(requests) - 1))
+    return requests
+
+
 def build_requests(model_dir: str, examples_uri: str, num_examples: int) -> list[Request]:
-    """The warm-up records, `num_examples` eval examples and zeros for what is left over."""
+    """The warm-up records, `num_examples` eval examples (and their image files) and zeros
+    for what is left over."""
     from components.serving.warmup_requests import read_warmup_requests
 
     signatures = serving_signatures(model_dir)
@@ -151,14 +185,8 @@ def build_requests(model_dir: str, examples_uri: str, num_examples: int) -> list
                         {"signature_name": warmup.signature_name,
                          "inputs": rest_inputs(warmup.inputs)})
                 for number, warmup in enumerate(read_warmup_requests(model_dir), 1)]
-    serving = signatures.get(SERVING_SIGNATURE)
-    if serving is not None and len(serving.inputs) == 1:
-        [input_name] = serving.inputs
-        for number, example in enumerate(_eval_examples(examples_uri, num_examples), 1):
-            requests.append(Request(
-                f"eval example {number} ({SERVING_SIGNATURE})",
-                {"signature_name": SERVING_SIGNATURE,
-                 "inputs": rest_inputs({input_name: np.array([example], dtype=object)})}))
+    requests += _eval_requests(signatures, _eval_examples(examples_uri, num_examples),
+                               len(requests))
     covered = {request.body["signature_name"] for request in requests}
     for name, signature in sorted(signatures.items()):
         if name not in covered:
@@ -166,6 +194,34 @@ def build_requests(model_dir: str, examples_uri: str, num_examples: int) -> list
             if zeros is not None:
                 requests.append(zeros)
     return requests
+
+
+def answer_columns(reply: dict[str, Any]) -> dict[str, Any] | None:
+    """Output name -> batch of a TF Serving answer in either format (None: no outputs)."""
+    outputs = reply.get(COLUMNS_ANSWER_KEY)
+    if isinstance(outputs, dict):
+        return outputs
+    if isinstance(outputs, list):
+        return {"": outputs}
+    rows = reply.get(ROWS_ANSWER_KEY)
+    if isinstance(rows, list) and rows and all(isinstance(row, dict) for row in rows):
+        return {name: [row.get(name) for row in rows] for name in rows[0]}
+    return {"": rows} if isinstance(rows, list) else None
+
+
+def different_answer(reply: dict[str, Any], reference: dict[str, Any]) -> str | None:
+    """How `reply` differs from `reference` (the same image's answer), or None."""
+    answer, expected = answer_columns(reply) or {}, answer_columns(reference) or {}
+    if answer.get("class_id") != expected.get("class_id"):
+        return f"class_id {answer.get('class_id')} and {expected.get('class_id')}"
+    try:
+        difference = float(np.max(np.abs(np.asarray(answer.get("probabilities"), float)
+                                          - np.asarray(expected.get("probabilities"), float))))
+    except (TypeError, ValueError):
+        return "probabilities of another shape"
+    if not difference <= SAME_ANSWER_TOLERANCE:
+        return f"probabilities {difference:.2g} apart"
+    return None
 
 
 def _mib(size: int | None) -> float | None:
@@ -188,15 +244,24 @@ def check_candidate(server: ModelServer, model_dir: str, requests: list[Request]
         if "error" in loaded:
             return result.refuse(loaded["error"])
         result.load_seconds = round(loaded["seconds"], 3)
+        replies = []
         for number, request in enumerate(requests, 1):
             started = time.perf_counter()
             reply = server.predict(request.body)
             if request.timed:
                 latencies.append((time.perf_counter() - started) * 1000)
             result.requests = number
-            if "error" in reply or not isinstance(reply.get("outputs"), (dict, list)):
+            replies.append(reply)
+            if "error" in reply or answer_columns(reply) is None:
                 return result.refuse(f"request {number} of {len(requests)} ({request.label}) "
                                      f"failed: {reply.get('error') or 'no outputs in the reply'}")
+            if request.same_as is not None:
+                differs = different_answer(reply, replies[request.same_as])
+                if differs:
+                    return result.refuse(
+                        f"request {number} of {len(requests)} ({request.label}) and request "
+                        f"{request.same_as + 1} ({requests[request.same_as].label}) answered "
+                        f"differently for the same image: {differs}")
     except ModelServerError as error:
         return result.refuse(str(error))
     finally:

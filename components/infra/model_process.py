@@ -4,9 +4,10 @@ Where neither a container engine nor TF Serving's binary exists (a laptop, this 
 InfraValidator starts `python -m components.infra.model_process`, which imports TensorFlow,
 then on request loads the SavedModel with the serving tag, replays its warm-up records as
 TF Serving's `--enable_model_warmup` does before a version is ready, and answers TF
-Serving's REST predict bodies (`{"signature_name": ..., "inputs": {...}}`, `{"b64": ...}`
-for strings; the reply's `outputs`, or `{"error": ...}` as TF Serving answers a failed
-request). The parent holds it to the serving Deployment's memory limit (see `MemoryWatch`).
+Serving's REST predict bodies in either format (`{"signature_name": ..., "inputs": {...}}`
+or `{"instances": [...]}`, `{"b64": ...}` for strings; components/serving/rest_json.py) with
+TF Serving's answer (`outputs` or `predictions`, or `{"error": ...}` as TF Serving answers a
+failed request). The parent holds it to the serving Deployment's memory limit (see `MemoryWatch`).
 
     with ModelProcess(memory_limit_bytes=4 << 30, log_path="model_process.log") as server:
         server.start(timeout=600)
@@ -19,7 +20,6 @@ library prints goes to its stderr, the log file), its stdin the parent's request
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import queue
@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from components.core.text import one_line
+from components.serving.rest_json import ROWS_KEY, answer, parse_request
 from components.trainer.keras_private import skip_tensorflow_eager_keras_import
 
 _WATCH_SECONDS = 0.02
@@ -62,27 +63,6 @@ def _peak_rss_bytes() -> int:
 # -- the child ---------------------------------------------------------------------------
 
 
-def _rest_to_tensor(value: Any, spec: Any) -> Any:
-    import tensorflow as tf
-
-    def decode(item: Any) -> Any:
-        if isinstance(item, dict):
-            return base64.b64decode(item["b64"])
-        return [decode(v) for v in item] if isinstance(item, list) else item
-
-    return tf.constant(decode(value), dtype=spec.dtype)
-
-
-def _tensor_to_rest(tensor: Any) -> Any:
-    array = tensor.numpy()
-    if array.dtype.kind in ("S", "O"):
-        import numpy as np
-
-        return np.vectorize(lambda b: b.decode("utf-8", "replace"), otypes=[object])(
-            array).tolist()
-    return array.tolist()
-
-
 class _Served:
     """The loaded candidate in the child."""
 
@@ -108,13 +88,21 @@ class _Served:
                 "warmup_requests": len(warmup), "signatures": sorted(self.model.signatures)}
 
     def predict(self, body: dict[str, Any]) -> dict[str, Any]:
-        """One REST predict body: `{"outputs": ...}`, or `{"error": ...}` as TF Serving."""
-        inputs = body.get("inputs") or {}
-        return self._run(body.get("signature_name") or "serving_default",
-                         lambda specs: {key: _rest_to_tensor(value, specs[key])
-                                        for key, value in inputs.items()})
+        """One REST predict body, columns (`inputs`) or rows (`instances`): TF Serving's
+        answer (`{"outputs": ...}` or `{"predictions": ...}`), or `{"error": ...}`."""
+        import tensorflow as tf
 
-    def _run(self, name: str, make_inputs: Any) -> dict[str, Any]:
+        rows = ROWS_KEY in body
+
+        def inputs(specs: dict[str, Any]) -> dict[str, Any]:
+            arrays, _ = parse_request(body, {key: spec.dtype.as_numpy_dtype
+                                             for key, spec in specs.items()})
+            return {key: tf.constant(array, dtype=specs[key].dtype)
+                    for key, array in arrays.items()}
+
+        return self._run(body.get("signature_name") or "serving_default", inputs, rows)
+
+    def _run(self, name: str, make_inputs: Any, rows: bool = False) -> dict[str, Any]:
         signature = self.model.signatures.get(name)
         if signature is None:
             return {"error": f'Serving signature name: "{name}" not found in signature def'}
@@ -122,7 +110,7 @@ class _Served:
             outputs = signature(**make_inputs(signature.structured_input_signature[1]))
         except Exception as error:  # TF Serving answers a failed request with its error
             return {"error": first_line(error)}
-        return {"outputs": {key: _tensor_to_rest(value) for key, value in outputs.items()}}
+        return answer({key: value.numpy() for key, value in outputs.items()}, rows)
 
 
 def _serve(channel: TextIO) -> None:

@@ -1,5 +1,6 @@
-"""Ingest: image folders or TFRecord files → a TFX `Examples` artifact, read with tf.data.
+"""Ingest: image folders, TFRecord files or volumes → a TFX `Examples` artifact, read with tf.data.
 
-The TFX component lives in `component.py`; the pure functions it calls (listing, splitting,
-decoding, writing) live in their own modules so they can be tested without a pipeline.
+The TFX component lives in `component.py`; what it runs lives in modules of their own so they
+can be tested without a pipeline: the data selection (`spans.py`, `listing.py` — the one
+listing of a run's data — and `selection.py`), splitting, decoding and writing.
 """

@@ -1,13 +1,14 @@
 """The Ingest as a Beam pipeline (`data.ingest_engine: beam`), as TFX's ImportExampleGen runs.
 
-The driver lists the files (as the local engine does) and plans the shards: every file's
-split is `SplitAssigner` of its relative path, the same function the local engine calls,
-and each split's files are cut, in listing order, into shards of about `data.shard_mb`
-MB of file bytes (the Examples keep each file's bytes, so a shard's Examples are about as
-large). The plans -- file names only -- are the pipeline's input; each worker then checks
-the headers, decodes and writes one whole shard with the local engine's own code
-(`FolderSource`, `walk.source_examples`), streaming: a worker holds one shard's
-tf.data prefetch buffer and one record at a time, never the data set.
+The driver takes the run's one listing (`selection.py`: names and sizes, nothing is listed
+again) and plans the shards: every file's split is `SplitAssigner` of its relative path,
+the same function the local engine calls, and each split's files are cut, in listing order,
+into shards of about `data.shard_mb` MB of file bytes (the Examples keep each file's bytes,
+so a shard's Examples are about as large). The plans -- file names only -- are the
+pipeline's input; each worker then checks the headers, decodes and writes one whole shard
+with the local engine's own code (`FolderSource`, `walk.source_examples`), streaming: a
+worker holds one shard's tf.data prefetch buffer and one record at a time, never the data
+set.
 
     plans ──(channels: auto)──> header pass ──> channel count (side input)
       └───────────────────────> WriteShard ──> Split-<name>/data_tfrecord-<i>-of-<n>.gz
@@ -73,27 +74,23 @@ class ShardPlan:
         return ImageListing(root, list(self.files), list(self.labels), list(label_names))
 
 
-def _file_bytes(path: str) -> int:
-    try:
-        return os.stat(path).st_size
-    except OSError:
-        return 0  # the header check quarantines it as unreadable
-
-
 def plan_shards(listing: ImageListing, assign_split: SplitAssigner,
                 shard_mb: float) -> list[ShardPlan]:
-    """Each split's files, in listing order, in shards of about `shard_mb` MB of file bytes.
+    """Each split's files, in listing order, in shards of about `shard_mb` MB of file bytes
+    (the sizes the listing holds: no file is stat'ed again).
 
     A split without files gets one (empty) shard, as the local writer leaves one.
     """
     if not shard_mb > 0:
         raise ValueError(f"shard_mb must be > 0. Received: shard_mb={shard_mb!r}")
+    if len(listing.sizes) != len(listing.files):
+        raise ValueError(f"the listing of {listing.root} has no file sizes to plan shards by")
     limit = shard_mb * _MB
     groups: dict[str, list[list[int]]] = {name: [[]] for name in assign_split.names}
     filled = dict.fromkeys(assign_split.names, 0)
-    for position, relative in enumerate(listing.files):
+    for position, (relative, size) in enumerate(zip(listing.files, listing.sizes,
+                                                    strict=True)):
         split = assign_split(relative)
-        size = _file_bytes(os.path.join(listing.root, relative))
         if groups[split][-1] and filled[split] + size > limit:
             groups[split].append([])
             filled[split] = 0

@@ -4,10 +4,10 @@ Its `examples` output is laid out like TFX's own ExampleGen output, so Statistic
 SchemaGen, ExampleValidator, Trainer and Evaluator read it unchanged.
 
 Example:
+    selection = stage_listing(select_folder("/data/digits"), pipeline_root)  # selection.py
     ingest = ImageExampleGen(
-        data_root="/data/digits",
+        data_selection=selection.parameter(),
         splits='{"train": 0.8, "eval": 0.2}',
-        input_fingerprint=compute_input_fingerprint("/data/digits"),
     )
 """
 
@@ -31,6 +31,7 @@ from components.examples_format import DEFAULT_SHARD_MB
 from components.ingest.headers import DEFAULT_MAX_FILE_MB, DEFAULT_MAX_PIXELS, SizeLimits
 from components.ingest.ingest import QUARANTINE_FILE, ingest
 from components.ingest.reader import parse_image_size
+from components.ingest.selection import load_selection
 from components.ingest.splits import parse_split_ratios
 
 PAYLOAD_FORMAT = example_gen_pb2.PayloadFormat.Name(example_gen_pb2.FORMAT_TF_EXAMPLE)
@@ -55,15 +56,12 @@ def _failure_report_path(quarantine_uri: str) -> str:
 def ImageExampleGen(  # noqa: N802 (TFX names components like classes)
     examples: OutputArtifact[standard_artifacts.Examples],
     quarantine: OutputArtifact[QuarantineReport],
-    data_root: Parameter[str],
+    data_selection: Parameter[str],
     splits: Parameter[str] = '{"train": 0.8, "eval": 0.2}',
     image_size: Parameter[str] = "null",
     resize_method: Parameter[str] = "stretch",
     channels: Parameter[str] = "auto",
     max_bad_fraction: Parameter[float] = 0.01,
-    input_fingerprint: Parameter[str] = "",
-    span: Parameter[int] = 0,
-    span_dirs: Parameter[str] = "[]",
     max_pixels: Parameter[int] = DEFAULT_MAX_PIXELS,
     max_file_mb: Parameter[float] = DEFAULT_MAX_FILE_MB,
     jpeg_quality: Parameter[int] = 95,
@@ -71,22 +69,22 @@ def ImageExampleGen(  # noqa: N802 (TFX names components like classes)
     ingest_engine: Parameter[str] = "local",
     beam_pipeline: BeamComponentParameter[beam.Pipeline] = None,
 ) -> None:
-    """Ingest an image-folder tree or a folder of tf.Example TFRecords into `examples`.
+    """Ingest the selected image folders, TFRecords or volumes into `examples`.
 
     Args:
         examples: output; `Split-<name>/data_tfrecord-*.gz` plus `labels.json`.
         quarantine: output; `quarantine.json` listing every unusable file with its reason.
-        data_root: a folder with one sub-folder per class, or with TFRecord files.
+        data_selection: `DataSelection.parameter()` (selection.py): the data root, its span
+            folders and latest span, its kind, and the listing file in the pipeline root
+            named by its sha256. The files are the listing's (nothing is listed again), and
+            the parameter changes exactly when the listing does, so TFX's cache re-runs the
+            Ingest exactly when the data changes. Stored on `examples`: `span`, `span_dirs`
+            and `input_fingerprint` (the listing's digest).
         splits: JSON dict of split name to ratio, e.g. `{"train": 0.8, "eval": 0.2}`.
         image_size: JSON `null` (keep each image's size) or `[height, width]`.
         resize_method: `"stretch"` or `"pad"` (keep aspect ratio, pad with black).
         channels: `"auto"` (1 if every image is gray, else 3), `"1"` or `"3"`.
         max_bad_fraction: fail when a larger fraction of the files is quarantined.
-        input_fingerprint: identifies the input files' state; stored, and part of the
-            execution's parameters so TFX's cache re-runs ingest when the data changes.
-        span: stored as the `span` property (0 when spans are not used): the latest span.
-        span_dirs: JSON list of span folders below `data_root` to ingest together (a
-            rolling window); `[]` ingests `data_root` itself.
         max_pixels: quarantine, without decoding, an image whose header has more pixels.
         max_file_mb: quarantine, without reading it, a larger file.
         jpeg_quality: quality of the JPEGs that must be re-encoded (resized, alpha, gray).
@@ -96,8 +94,9 @@ def ImageExampleGen(  # noqa: N802 (TFX names components like classes)
         beam_pipeline: given by TFX from the Beam pipeline args.
     """
     ratios = parse_split_ratios(splits)
+    selection = load_selection(data_selection)
     ingest(
-        data_root,
+        selection,
         examples.uri,
         os.path.join(quarantine.uri, QUARANTINE_FILE),
         splits=ratios,
@@ -106,7 +105,6 @@ def ImageExampleGen(  # noqa: N802 (TFX names components like classes)
         channels=channels,
         max_bad_fraction=max_bad_fraction,
         failure_report_path=_failure_report_path(quarantine.uri),
-        span_dirs=json.loads(span_dirs),
         limits=SizeLimits(max_pixels, max_file_mb),
         jpeg_quality=jpeg_quality,
         shard_mb=shard_mb,
@@ -114,8 +112,8 @@ def ImageExampleGen(  # noqa: N802 (TFX names components like classes)
         beam_pipeline=beam_pipeline if ingest_engine == "beam" else None,
     )
     examples.split_names = artifact_utils.encode_split_names(list(ratios))
-    examples.span = span
+    examples.span = selection.span
     examples.set_string_custom_property("payload_format", PAYLOAD_FORMAT)
-    examples.set_int_custom_property("span", span)
-    examples.set_string_custom_property("input_fingerprint", input_fingerprint)
-    examples.set_string_custom_property("span_dirs", span_dirs)
+    examples.set_int_custom_property("span", selection.span)
+    examples.set_string_custom_property("input_fingerprint", selection.fingerprint)
+    examples.set_string_custom_property("span_dirs", json.dumps(selection.span_dirs))

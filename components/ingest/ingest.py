@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -11,19 +12,14 @@ from components.examples_format import DEFAULT_SHARD_MB, LABEL_NAMES_FIELD, labe
 from components.faults import fault_point
 from components.ingest.errors import DataError
 from components.ingest.headers import SizeLimits
-from components.ingest.listing import (
-    is_tfrecord_dir,
-    list_tfrecord_files,
-    scan_image_folder,
-    scan_span_folders,
-)
 from components.ingest.reader import (
     ImagePolicy,
     resolve_channels,
 )
+from components.ingest.selection import DataSelection, select_folder
 from components.ingest.sources import FolderSource, TFRecordSource
 from components.ingest.splits import SplitAssigner, parse_split_ratios
-from components.ingest.volume_source import VolumeSource, is_volume_dir
+from components.ingest.volume_source import VolumeSource
 from components.ingest.walk import source_examples
 from components.ingest.writer import SplitWriters, write_json
 
@@ -46,20 +42,24 @@ class IngestResult:
     report_path: str
 
 
-def _open_source(data_root: str, span_dirs: Sequence[str] = (),
-                 limits: SizeLimits | None = None) -> FolderSource | TFRecordSource | VolumeSource:
-    if span_dirs:
-        return FolderSource(scan_span_folders(data_root, span_dirs), limits)
-    if is_volume_dir(data_root):  # volume/mask pairs for segmentation (volume_source.py)
-        return VolumeSource(data_root, limits)
-    if is_tfrecord_dir(data_root):
-        return TFRecordSource(list_tfrecord_files(data_root), limits)
-    return FolderSource(scan_image_folder(data_root), limits)
+def open_source(selection: DataSelection,
+                limits: SizeLimits | None = None) -> FolderSource | TFRecordSource | VolumeSource:
+    """The reader of `selection`'s kind over its listing, for either engine: the local
+    engine walks it, the Beam engine plans its shards from a FolderSource's listing.
+    Nothing is listed or detected again here: the kind and the files are the selection's.
 
-
-def _beam_reads(data_root: str, span_dirs: Sequence[str]) -> bool:
-    """True when the Beam engine reads this source: image folders (spans included)."""
-    return bool(span_dirs) or not (is_volume_dir(data_root) or is_tfrecord_dir(data_root))
+    Raises:
+        DataError: the selection was never listed (no files).
+    """
+    listing = selection.listing
+    if not listing.files:
+        raise DataError(f"no files were listed for {selection.root}")
+    if selection.kind == "volumes":  # volume/mask pairs for segmentation (volume_source.py)
+        return VolumeSource(selection.root, listing, limits)
+    if selection.kind == "tfrecords":
+        return TFRecordSource([os.path.join(selection.root, listed.path)
+                               for listed in listing.files], limits)
+    return FolderSource(listing.image_listing(selection.root), limits)
 
 
 def _quarantine_report(total: int, bad: list[dict[str, str]], max_bad_fraction: float,
@@ -88,7 +88,7 @@ def _too_many_bad(report: dict, data_root: str, report_path: str) -> DataError:
 
 
 def ingest(
-    data_root: str,
+    data: DataSelection | str | os.PathLike,
     examples_dir: str,
     report_path: str,
     *,
@@ -98,14 +98,14 @@ def ingest(
     channels: str = "auto",
     max_bad_fraction: float = 0.01,
     failure_report_path: str | None = None,
-    span_dirs: Sequence[str] = (),
     limits: SizeLimits | None = None,
     jpeg_quality: int = 95,
     shard_mb: float = DEFAULT_SHARD_MB,
     engine: str = "local",
     beam_pipeline: object | None = None,
 ) -> IngestResult:
-    """Ingest `data_root` (class folders or TFRecords) into `examples_dir` (the Examples URI).
+    """Ingest `data` (a listed `DataSelection`, or a folder, listed here: class folders,
+    TFRecords or volumes) into `examples_dir` (the Examples URI).
 
     Writes `<examples_dir>/Split-<name>/data_tfrecord-<i>-of-<n>.gz` (shards of about
     `shard_mb` MB), `<examples_dir>/labels.json` and the quarantine report at
@@ -121,7 +121,7 @@ def ingest(
     report; TFRecord and volume sources are always ingested by the local engine.
 
     Raises:
-        DataError: bad input: see `scan_image_folder`, `parse_split_ratios`; more than
+        DataError: bad input: see `list_data`, `parse_split_ratios`; more than
             `max_bad_fraction` of the files quarantined; or a split left empty.
         ValueError: an option outside its allowed values.
     """
@@ -134,69 +134,74 @@ def ingest(
     policy = ImagePolicy(3, image_size, resize_method, jpeg_quality)
     if engine not in INGEST_ENGINES:
         raise ValueError(f"engine must be one of {INGEST_ENGINES}. Received: {engine!r}")
-    if engine == "beam" and not _beam_reads(data_root, span_dirs):
+    selection = data if isinstance(data, DataSelection) else select_folder(data)
+    if engine == "beam" and selection.kind != "images":
         logger.warning("data.ingest_engine beam reads image folders; the TFRecord or volume "
-                       "source %s is ingested by the local engine", data_root)
+                       "source %s is ingested by the local engine", selection.root)
         engine = "local"
-    if engine == "beam":
-        # Imported here: the local engine never loads Beam.
-        from components.ingest.beam_ingest import ingest_on_beam
+    source = open_source(selection, limits)
+    try:
+        if engine == "beam" and isinstance(source, FolderSource):  # always, for images
+            # Imported here: the local engine never loads Beam. The driver plans shards
+            # from the listing; its header pass never starts (the workers check headers).
+            from components.ingest.beam_ingest import ingest_on_beam
 
-        listing = scan_span_folders(data_root, span_dirs) if span_dirs else \
-            scan_image_folder(data_root)
-        logger.info("Ingest started on Beam: %d files from image folder %s",
-                    len(listing.files), listing.root)
-        counts, bad, stats = ingest_on_beam(listing, channels, policy, assign_split,
-                                            examples_dir, report_path, shard_mb, limits,
-                                            beam_pipeline)
-        total, label_names, ignored = len(listing.files), listing.label_names, listing.ignored
-        policy = replace(policy, channels=stats["channels"])
-    else:
-        source = _open_source(data_root, span_dirs, limits)
-        logger.info("Ingest started: %d files from %s", len(source), source.description)
-        try:
-            if channels == "auto":
-                # "auto" needs the channel count before the first image is written; the
-                # headers read by the size check tell it without decoding anything, and
-                # the first colour image settles it (an all-gray set waits for every header).
-                policy = replace(policy, channels=resolve_channels(channels,
-                                                                   source.native_channels()))
-            else:
-                policy = replace(policy, channels=int(channels))
-            counts, bad, stats = _write_examples(source, policy, assign_split, examples_dir,
-                                                 shard_mb)
-        finally:
-            if isinstance(source, FolderSource):
-                source.close()  # a failed ingest stops its header pass
-        total, label_names, ignored = len(source), source.label_names, source.ignored
-
-    write_json(labels_path(examples_dir), {LABEL_NAMES_FIELD: label_names})
-    report = _quarantine_report(total, bad, max_bad_fraction, ignored)
+            logger.info("Ingest started on Beam: %d files from %s", len(source),
+                        source.description)
+            counts, bad, stats = ingest_on_beam(source.listing, channels, policy, assign_split,
+                                                examples_dir, report_path, shard_mb, limits,
+                                                beam_pipeline)
+        else:
+            logger.info("Ingest started: %d files from %s", len(source), source.description)
+            counts, bad, stats = _write_examples(source, channels, policy, assign_split,
+                                                 examples_dir, shard_mb)
+    finally:
+        if isinstance(source, FolderSource):
+            source.close()  # a failed ingest stops its header pass
+    write_json(labels_path(examples_dir), {LABEL_NAMES_FIELD: source.label_names})
+    report = _quarantine_report(len(source), bad, max_bad_fraction, source.ignored)
     report["split_counts"] = counts
     write_json(report_path, report)
-    if report["bad_fraction"] > max_bad_fraction:
+    _check_result(report, selection.root, report_path, failure_report_path)
+    channels_stored = int(stats["channels"])
+    _log_summary(counts, bad, channels_stored, time.monotonic() - started, stats)
+    return IngestResult(counts, len(source), bad, source.label_names, channels_stored,
+                        report_path)
+
+
+def _check_result(report: dict, data_root: str, report_path: str,
+                  failure_report_path: str | None) -> None:
+    """Raise when too many files were quarantined or a split was left empty."""
+    if report["bad_fraction"] > report["max_bad_fraction"]:
         if failure_report_path:
             write_json(failure_report_path, report)
         raise _too_many_bad(report, data_root, failure_report_path or report_path)
+    counts = report["split_counts"]
     empty = [name for name, count in counts.items() if count == 0]
     if empty:
         raise DataError(
-            f"split '{empty[0]}' is empty after hashing {total - len(bad)} usable files "
-            f"from {data_root} into {counts}; add data or raise its ratio"
+            f"split '{empty[0]}' is empty after hashing {report['total'] - report['bad']} "
+            f"usable files from {data_root} into {counts}; add data or raise its ratio"
         )
-    _log_summary(counts, bad, policy.channels, time.monotonic() - started, stats)
-    return IngestResult(counts, total, bad, label_names, policy.channels, report_path)
 
 
 def _write_examples(
     source: FolderSource | TFRecordSource | VolumeSource,
+    channels: str,
     policy: ImagePolicy,
     assign_split: SplitAssigner,
     examples_dir: str,
     shard_mb: float,
 ) -> tuple[dict[str, int], list[dict[str, str]], dict[str, object]]:
-    """Write every usable element to its split; returns split counts, quarantined files,
-    and the shard counts and number of re-encoded images."""
+    """Write every usable element to its split (the local engine); returns split counts,
+    quarantined files, and the shard counts, number of re-encoded images and channels."""
+    if channels == "auto":
+        # "auto" needs the channel count before the first image is written; the headers
+        # read by the size check tell it without decoding anything, and the first colour
+        # image settles it (an all-gray set waits for every header).
+        policy = replace(policy, channels=resolve_channels(channels, source.native_channels()))
+    else:
+        policy = replace(policy, channels=int(channels))
     bad: list[dict[str, str]] = []
     reencoded = 0
     with SplitWriters(examples_dir, assign_split.names, shard_mb) as writers:
@@ -208,7 +213,8 @@ def _write_examples(
             writers.write_record(split, result)
             if index == len(source) // 2:
                 fault_point("ingest")
-    return dict(writers.counts), bad, {"shards": writers.shard_counts(), "reencoded": reencoded}
+    return dict(writers.counts), bad, {"shards": writers.shard_counts(), "reencoded": reencoded,
+                                       "channels": policy.channels}
 
 
 def _log_summary(

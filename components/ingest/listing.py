@@ -1,4 +1,17 @@
-"""Find the input files: a folder of class sub-folders, or a folder of TFRecord files."""
+"""The one listing of a run's data: every file the Ingest reads or reports, found once.
+
+    listing = list_data("/data/photos")                # DataError (one line) naming the path
+    listing.kind                                       # "images", "tfrecords" or "volumes"
+    listing.files[0]          # ListedFile(path="cat/img_001.jpg", size=..., mtime_ns=..., label=0)
+    listing.label_names, listing.fingerprint
+
+The kind of a folder is decided here and nowhere else, from what the one walk found:
+TFRecord files and no sub-folder make a TFRecord folder; class folders holding volume files
+(`.nii[.gz]`, `.npy`, `.npz`) a volume folder; anything else an image folder, checked as
+Keras' `image_dataset_from_directory` would read it. `pipelines/data_source.py` lists a
+run's data with it once; the Ingest reads that listing (`selection.py`) and never lists the
+folder again; the input fingerprint is a digest of the same listing.
+"""
 
 from __future__ import annotations
 
@@ -7,16 +20,31 @@ import logging
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
+from typing import Literal, NamedTuple
 
 from components.ingest.errors import DataError
 
 logger = logging.getLogger(__name__)
 
+SourceKind = Literal["images", "tfrecords", "volumes"]
 TFRECORD_SUFFIXES = (".tfrecord", ".tfrecord.gz", ".tfrecords", ".gz")
 # What Keras' image_dataset_from_directory takes (and what tf.io.decode_image reads); other
 # files are listed as ignored in the quarantine report instead of counting as bad.
 IMAGE_SUFFIXES = (".bmp", ".gif", ".jpeg", ".jpg", ".png")
+VOLUME_SUFFIXES = (".nii.gz", ".nii", ".npz", ".npy")
+
+
+class ListedFile(NamedTuple):
+    """One listed file: its path relative to the data root (POSIX separators), its size and
+    modification time (what the fingerprint hashes), and its class index in the listing's
+    `label_names` (-1: no class, e.g. an ignored non-image file or a TFRecord file)."""
+
+    path: str
+    size: int
+    mtime_ns: int
+    label: int = -1
 
 
 @dataclass(frozen=True)
@@ -34,11 +62,57 @@ class ImageListing:
     label_names: list[str]
     # Non-image files in the class folders (relative paths): skipped, not counted as bad.
     ignored: list[str] = field(default_factory=list)
+    # Each file's size in bytes, as listed (empty: not known; the Beam engine's shard plan).
+    sizes: list[int] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Listing:
+    """What `list_data` found: the folder's kind, its files in walk order, its classes.
+
+    Empty (no files) only for a selection nobody listed (a `mptfx k8s compile` stand-in).
+    """
+
+    kind: SourceKind = "images"
+    files: tuple[ListedFile, ...] = ()
+    label_names: tuple[str, ...] = ()
+
+    @cached_property
+    def fingerprint(self) -> str:
+        """A sha256 hex digest over every listed file's relative path, size and mtime_ns.
+
+        Cheap (no file is read) and part of the Ingest's parameters through the listing, so
+        TFX's cache re-ingests exactly when a file is added, removed, replaced or touched.
+        """
+        digest = hashlib.sha256()
+        for listed in self.files:
+            digest.update(f"{listed.path}\0{listed.size}\0{listed.mtime_ns}\n".encode())
+        return digest.hexdigest()
+
+    def image_listing(self, root: str) -> ImageListing:
+        """The images (class members) and the ignored files of an image listing."""
+        images = [listed for listed in self.files if listed.label >= 0]
+        return ImageListing(
+            root=root,
+            files=[listed.path for listed in images],
+            labels=[listed.label for listed in images],
+            label_names=list(self.label_names),
+            ignored=[listed.path for listed in self.files if listed.label < 0],
+            sizes=[listed.size for listed in images],
+        )
 
 
 def is_image_file(name: str) -> bool:
     """True for the image extensions Keras' `image_dataset_from_directory` takes."""
     return name.lower().endswith(IMAGE_SUFFIXES)
+
+
+def split_volume_name(name: str) -> tuple[str, str] | None:
+    """`case001.nii.gz` -> ("case001", ".nii.gz"); None for a file that is not a volume."""
+    for suffix in VOLUME_SUFFIXES:
+        if name.endswith(suffix) and len(name) > len(suffix):
+            return name[: -len(suffix)], suffix
+    return None
 
 
 def _printable(path: str | os.PathLike) -> str:
@@ -104,16 +178,28 @@ def _check_entry(path: str, name: str, is_link: bool, root: Path) -> None:
         _check_link(Path(path), root)
 
 
-def _walk_files(class_dir: Path, root: Path) -> list[str]:
-    """Relative paths of every non-hidden file below `class_dir`, hidden folders pruned,
-    in os.walk's top-down order with sorted names; names and links are checked first, so
-    nothing below can fail on them. Links to folders are checked, not followed.
+def _listed(entry: os.DirEntry[str] | Path, relative: str) -> ListedFile:
+    """`entry` with its size and mtime (a link's target's, as a reader sees it)."""
+    try:
+        stat = entry.stat()
+    except OSError as error:
+        raise DataError(f"cannot read {_printable(str(entry))}: "
+                        f"{error.strerror or error}") from None
+    return ListedFile(relative, stat.st_size, stat.st_mtime_ns)
 
-    os.scandir's entries carry their type, so a folder of files costs no stat per file.
+
+def _walk_files(class_dir: Path, root: Path, prefix: str) -> list[ListedFile]:
+    """Every non-hidden file below `class_dir` (paths `prefix` + relative to `root`), hidden
+    folders pruned, in os.walk's top-down order with sorted names; names and links are
+    checked first, so nothing below can fail on them. Links to folders are checked, not
+    followed.
+
+    os.scandir's entries carry their type, so telling files from folders costs no stat;
+    each file's one stat gives the size and mtime the fingerprint and the shard plan use.
     """
-    found: list[str] = []
+    found: list[ListedFile] = []
 
-    def walk(folder: str, prefix: str) -> None:
+    def walk(folder: str, relative: str) -> None:
         try:
             with os.scandir(folder) as listing:
                 entries = sorted((entry for entry in listing if not _is_hidden(entry.name)),
@@ -126,20 +212,13 @@ def _walk_files(class_dir: Path, root: Path) -> list[str]:
             raise _walk_error(error) from None
         for entry in folders + files:
             _check_entry(entry.path, entry.name, entry.is_symlink(), root)
-        found.extend(prefix + entry.name for entry in files)
+        found.extend(_listed(entry, relative + entry.name) for entry in files)
         for entry in folders:
             if not entry.is_symlink():
-                walk(entry.path, prefix + entry.name + "/")
+                walk(entry.path, relative + entry.name + "/")
 
-    walk(str(class_dir), class_dir.relative_to(root).as_posix() + "/")
+    walk(str(class_dir), prefix + class_dir.relative_to(root).as_posix() + "/")
     return found
-
-
-def _files_under(class_dir: Path, root: Path) -> tuple[list[str], list[str]]:
-    """(image files, ignored non-image files) below `class_dir`, as relative paths."""
-    every = _walk_files(class_dir, root)
-    images = [name for name in every if is_image_file(name)]
-    return images, [name for name in every if not is_image_file(name)]
 
 
 def _check_directory(root: str | os.PathLike) -> Path:
@@ -157,134 +236,135 @@ def _check_directory(root: str | os.PathLike) -> Path:
     return path
 
 
-def is_tfrecord_dir(root: str | os.PathLike) -> bool:
-    """True when `root` holds TFRecord files (`*.tfrecord[.gz]`, `*.tfrecords`, `*.gz`).
-
-    Only the top level counts, and a folder with class sub-folders is an image folder even
-    if a stray `.gz` file sits next to them.
-    """
-    path = Path(root)
-    if not path.is_dir():
-        return False
-    entries = _visible_entries(path)
-    if any(entry.is_dir() for entry in entries):
-        return False
-    return any(entry.name.endswith(TFRECORD_SUFFIXES) for entry in entries)
-
-
-def list_tfrecord_files(root: str | os.PathLike) -> list[str]:
-    """Absolute paths of the TFRecord files directly in `root`, sorted by name."""
-    path = _check_directory(root)
-    entries = _visible_entries(path)
-    files = [str(entry) for entry in entries if entry.name.endswith(TFRECORD_SUFFIXES)]
-    ignored = [entry.name for entry in entries if not entry.name.endswith(TFRECORD_SUFFIXES)]
-    if ignored:
-        logger.warning("Ignoring %d non-TFRecord files in %s: %s", len(ignored), path, ignored[:5])
-    if not files:
-        raise DataError(f"no TFRecord files ({', '.join(TFRECORD_SUFFIXES)}) in {path}")
-    return files
-
-
-def scan_image_folder(root: str | os.PathLike) -> ImageListing:
-    """List the images under `root`, one sub-folder per class (searched recursively).
-
-    Image files (`IMAGE_SUFFIXES`, any case) are listed; files that do not decode are
-    quarantined later with a reason. Other files are returned in `ignored`, as Keras'
-    `image_dataset_from_directory` skips them. Files directly in `root` belong to no class
-    and are ignored with a warning.
+def read_folder(root: str | os.PathLike) -> list[Path]:
+    """The visible entries of the data root, sorted: its one read, which the span discovery
+    (`spans.py`) and `list_folder` share.
 
     Raises:
-        DataError: `root` is missing, not a directory, unreadable, empty, has fewer than 2
-            class folders, a class folder without images, a name that is not UTF-8 or has a
-            control character, or a symbolic link that dangles or leaves `root`.
+        DataError: `root` is missing, not a directory or unreadable.
+    """
+    return _visible_entries(_check_directory(root))
+
+
+def list_data(root: str | os.PathLike, span_dirs: Sequence[str] = ()) -> Listing:
+    """`list_spans` of `root`'s `span_dirs`, or `list_folder` of `root` itself."""
+    if span_dirs:
+        return list_spans(root, span_dirs)
+    return list_folder(root, read_folder(root))
+
+
+def list_spans(root: str | os.PathLike, span_dirs: Sequence[str]) -> Listing:
+    """The span folders `span_dirs` of `root`, listed once each, as one image data set.
+
+    Span folders are image folders; their classes are the union over the spans (sorted),
+    and paths stay relative to `root` (`span-3/7/img.png`), so the split of an image never
+    changes when the window of spans moves.
+
+    Raises:
+        DataError: as `list_folder` for an image folder.
     """
     path = _check_directory(root)
-    entries = _visible_entries(path)
+    per_span = []
+    for span_dir in span_dirs:
+        folder = _check_directory(path / span_dir)
+        per_span.append(_list_folder(folder, _visible_entries(folder), f"{span_dir}/",
+                                     images_only=True))
+    label_names = sorted({name for listing in per_span for name in listing.label_names})
+    files = [listed._replace(label=label_names.index(listing.label_names[listed.label]))
+             if listed.label >= 0 else listed
+             for listing in per_span for listed in listing.files]
+    return Listing("images", tuple(files), tuple(label_names))
+
+
+def list_folder(root: str | os.PathLike, entries: list[Path]) -> Listing:
+    """List the folder `root` whose entries `read_folder` read, below them every file once.
+
+    Raises:
+        DataError: an image folder that is empty, has fewer than 2 class folders or a class
+            folder without images; a name that is not UTF-8 or has a control character; a
+            symbolic link that dangles or leaves `root`; an unreadable folder; a file that
+            cannot be stat'ed.
+    """
+    return _list_folder(Path(root), entries, "", images_only=False)
+
+
+def _list_folder(folder: Path, entries: list[Path], prefix: str, images_only: bool) -> Listing:
+    """One folder's listing (`prefix` before every path), of the kind its files make."""
     for entry in entries:
         _check_name(entry)
-        _check_link(entry, path)
+        _check_link(entry, folder)
     class_dirs = [entry for entry in entries if entry.is_dir()]
-    loose_files = [entry.name for entry in entries if not entry.is_dir()]
+    loose_files = [entry for entry in entries if not entry.is_dir()]
+    if not class_dirs and not images_only:
+        records = [entry for entry in loose_files if entry.name.endswith(TFRECORD_SUFFIXES)]
+        if records:
+            return _tfrecord_listing(folder, prefix, records, loose_files)
     if not class_dirs:
         if loose_files:
             raise DataError(
-                f"data root {path} has {len(loose_files)} files but no class sub-folders; "
+                f"data root {folder} has {len(loose_files)} files but no class sub-folders; "
                 "expected one sub-folder per class (or TFRecord files)"
             )
-        raise DataError(f"data root {path} is empty; expected one sub-folder per class")
-    if len(class_dirs) < 2:
+        raise DataError(f"data root {folder} is empty; expected one sub-folder per class")
+    walked = [(class_dir.name, _walk_files(class_dir, folder, prefix))
+              for class_dir in class_dirs]
+    if not images_only and any(_holds_volumes(files) for _, files in walked):
+        return _volume_listing(walked)
+    return _image_listing(folder, walked, [entry.name for entry in loose_files])
+
+
+def _tfrecord_listing(folder: Path, prefix: str, records: list[Path],
+                      loose_files: list[Path]) -> Listing:
+    ignored = [entry.name for entry in loose_files if entry not in records]
+    if ignored:
+        logger.warning("Ignoring %d non-TFRecord files in %s: %s", len(ignored), folder,
+                       ignored[:5])
+    return Listing("tfrecords", tuple(_listed(entry, prefix + entry.name) for entry in records))
+
+
+def _direct(files: list[ListedFile]) -> list[ListedFile]:
+    """The files directly in a class folder (a volume folder has no spans: `class/name`)."""
+    return [listed for listed in files if listed.path.count("/") == 1]
+
+
+def _holds_volumes(files: list[ListedFile]) -> bool:
+    # The suffix first: a photo folder's 20,000 names are each tested once, cheaply.
+    return any(listed.path.endswith(VOLUME_SUFFIXES) and listed.path.count("/") == 1
+               for listed in files)
+
+
+def _volume_listing(walked: list[tuple[str, list[ListedFile]]]) -> Listing:
+    """Class folders holding volumes; each one's own files (volume_source.py pairs them)."""
+    classes = [(name, _direct(files)) for name, files in walked if _holds_volumes(files)]
+    listed = [file._replace(label=label) for label, (_, files) in enumerate(classes)
+              for file in files]
+    return Listing("volumes", tuple(listed), tuple(name for name, _ in classes))
+
+
+def _image_listing(folder: Path, walked: list[tuple[str, list[ListedFile]]],
+                   loose_files: list[str]) -> Listing:
+    """Image files labelled by their class folder (any case of `IMAGE_SUFFIXES`; files that
+    do not decode are quarantined later with a reason); other files are kept with label -1
+    (ignored, as Keras' `image_dataset_from_directory` skips them). Files directly in the
+    folder belong to no class and are ignored with a warning."""
+    if len(walked) < 2:
         raise DataError(
-            f"found only one class '{class_dirs[0].name}' in {path}; "
+            f"found only one class '{walked[0][0]}' in {folder}; "
             "a classifier needs at least 2 class folders"
         )
     if loose_files:
-        logger.warning(
-            "Ignoring %d files directly in %s (not in a class folder): %s",
-            len(loose_files),
-            path,
-            loose_files[:5],
-        )
-
-    files: list[str] = []
-    labels: list[int] = []
-    ignored: list[str] = []
-    for label, class_dir in enumerate(class_dirs):
-        class_files, class_ignored = _files_under(class_dir, path)
-        ignored.extend(class_ignored)
-        if not class_files:
+        logger.warning("Ignoring %d files directly in %s (not in a class folder): %s",
+                       len(loose_files), folder, loose_files[:5])
+    listed: list[ListedFile] = []
+    for label, (name, files) in enumerate(walked):
+        if not any(is_image_file(file.path) for file in files):
             # Dropping the class would shift every later label index, so refuse instead.
-            raise DataError(f"class folder {class_dir} has no image files "
+            raise DataError(f"class folder {folder / name} has no image files "
                             f"({', '.join(IMAGE_SUFFIXES)}); remove it or add images")
-        files.extend(class_files)
-        labels.extend([label] * len(class_files))
+        listed.extend(file._replace(label=label) if is_image_file(file.path) else file
+                      for file in files)
+    ignored = [file.path for file in listed if file.label < 0]
     if ignored:
-        logger.warning("Ignoring %d non-image files under %s: %s", len(ignored), path,
+        logger.warning("Ignoring %d non-image files under %s: %s", len(ignored), folder,
                        ignored[:5])
-    return ImageListing(root=str(path), files=files, labels=labels,
-                        label_names=[d.name for d in class_dirs], ignored=ignored)
-
-
-def scan_span_folders(root: str | os.PathLike, span_dirs: Sequence[str]) -> ImageListing:
-    """List the images of several span folders under `root` as one data set.
-
-    Each span folder has one sub-folder per class; the classes are the union over the spans
-    (sorted), and file paths stay relative to `root` (`span-3/7/img.png`), so the split of
-    an image never changes when the window of spans moves.
-    """
-    if not span_dirs:
-        return scan_image_folder(root)
-    path = _check_directory(root)
-    per_span = [scan_image_folder(path / span_dir) for span_dir in span_dirs]
-    label_names = sorted({name for listing in per_span for name in listing.label_names})
-    files: list[str] = []
-    labels: list[int] = []
-    ignored: list[str] = []
-    for span_dir, listing in zip(span_dirs, per_span, strict=True):
-        files.extend(f"{span_dir}/{relative}" for relative in listing.files)
-        labels.extend(label_names.index(listing.label_names[label]) for label in listing.labels)
-        ignored.extend(f"{span_dir}/{relative}" for relative in listing.ignored)
-    return ImageListing(root=str(path), files=files, labels=labels, label_names=label_names,
-                        ignored=ignored)
-
-
-def compute_input_fingerprint(root: str | os.PathLike) -> str:
-    """A sha256 hex digest over every non-hidden file's relative path, size and mtime_ns.
-
-    Cheap (no file is read), so the pipeline builder can call it on every run and pass the
-    result to `ImageExampleGen(input_fingerprint=...)`: TFX's cache then re-ingests exactly
-    when a file is added, removed, replaced or touched.
-
-    Raises:
-        DataError: naming the path, for the names and links `scan_image_folder` refuses
-            and for a file that cannot be stat'ed.
-    """
-    path = _check_directory(root)
-    digest = hashlib.sha256()
-    for relative in _walk_files(path, path):
-        try:
-            stat = (path / relative).stat()
-        except OSError as error:
-            raise DataError(f"cannot read {_printable(path / relative)}: "
-                            f"{error.strerror or error}") from None
-        digest.update(f"{relative}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
-    return digest.hexdigest()
+    return Listing("images", tuple(listed), tuple(name for name, _ in walked))

@@ -48,7 +48,7 @@ class SourceItem:
 
 
 class FolderSource:
-    """Images listed by `scan_image_folder`; the split key is the relative path."""
+    """The images of an `ImageListing` (listing.py); the split key is the relative path."""
 
     read_paths = True  # dataset() gives paths: the decode reads each file in the same step
 
@@ -58,8 +58,16 @@ class FolderSource:
         self.description = f"image folder {listing.root}"
         self.ignored = list(listing.ignored)
         self._paths = [os.path.join(listing.root, f) for f in listing.files]
-        # Starts reading headers now, on its own thread; the decode follows it (dataset()).
-        self._headers = HeaderPass(self._paths, limits or SizeLimits())
+        self._limits = limits or SizeLimits()
+        self._header_pass: HeaderPass | None = None
+
+    @property
+    def _headers(self) -> HeaderPass:
+        # Started on first use, on its own thread; the decode follows it (dataset()). The
+        # Beam engine's driver only plans shards from the listing and never starts it.
+        if self._header_pass is None:
+            self._header_pass = HeaderPass(self._paths, self._limits)
+        return self._header_pass
 
     def __len__(self) -> int:
         return len(self.listing.files)
@@ -106,7 +114,8 @@ class FolderSource:
 
     def close(self) -> None:
         """Stops the header pass if it is still running."""
-        self._headers.stop()
+        if self._header_pass is not None:
+            self._header_pass.stop()
 
     def item_data(self, index: int, item: SourceItem) -> bytes | str:
         """The file's bytes, for an item the batched decode did not return; or why it

@@ -33,9 +33,9 @@ from components.core.text import one_line
 from components.examples_format import DEPTH_KEY, LABEL_KEY, MASK_KEY
 from components.ingest.errors import DataError
 from components.ingest.headers import SizeLimits, size_problem
+from components.ingest.listing import ListedFile, Listing, split_volume_name
 from components.ingest.sources import SourceItem
 
-VOLUME_SUFFIXES = (".nii.gz", ".nii", ".npz", ".npy")
 MASK_SUFFIX = "_mask"
 # 256^3 voxels (64 MB as uint8): far above what a CPU trains on, small enough to decode.
 MAX_VOXELS = 256**3
@@ -43,32 +43,8 @@ MAX_FILE_BYTES = 1 << 30
 MIN_SIDE = 8
 
 
-def _split_name(name: str) -> tuple[str, str] | None:
-    """`case001.nii.gz` -> ("case001", ".nii.gz"); None for other files."""
-    for suffix in VOLUME_SUFFIXES:
-        if name.endswith(suffix) and len(name) > len(suffix):
-            return name[: -len(suffix)], suffix
-    return None
-
-
-def is_volume_dir(root: str | os.PathLike) -> bool:
-    """True when `root`'s class folders hold volume files (`.nii[.gz]`, `.npy`, `.npz`)."""
-    if not os.path.isdir(root):
-        return False
-    # os.scandir's entries know their type without a stat per file, and only the names
-    # that look like volumes are asked (a photo folder of 20,000 files: 0.24 s -> 0.01 s).
-    with os.scandir(root) as class_dirs:
-        folders = [entry.path for entry in class_dirs
-                   if not entry.name.startswith(".") and entry.is_dir()]
-    for folder in folders:
-        with os.scandir(folder) as entries:
-            if any(_split_name(entry.name) and entry.is_file() for entry in entries):
-                return True
-    return False
-
-
-def _read_array(path: Path, suffix: str, key: str = "volume") -> np.ndarray:
-    if path.stat().st_size > MAX_FILE_BYTES:
+def _read_array(path: Path, size: int, suffix: str, key: str = "volume") -> np.ndarray:
+    if size > MAX_FILE_BYTES:
         raise ValueError(f"file is larger than {MAX_FILE_BYTES >> 20} MB")
     if suffix in (".nii", ".nii.gz"):
         import nibabel
@@ -128,35 +104,30 @@ class VolumeSource:
 
     read_paths = False  # dataset() gives the stacked slices' PNG bytes
 
-    def __init__(self, root: str | os.PathLike, limits: SizeLimits | None = None):
+    def __init__(self, root: str | os.PathLike, listing: Listing,
+                 limits: SizeLimits | None = None):
         self.root = Path(root)
         self.description = f"volume folder {self.root}"
         self._limits = limits or SizeLimits()
         # Files beside the volumes that are neither a volume nor its mask, as the image
         # folders list them: reported, not counted as bad.
         self.ignored: list[str] = []
-        classes = sorted(d.name for d in self.root.iterdir()
-                         if d.is_dir() and not d.name.startswith("."))
-        self.label_names = [name for name in classes
-                            if any(_split_name(f.name) for f in (self.root / name).iterdir())]
-        if not self.label_names:
-            raise DataError(f"volume folder {self.root} has no class folder with volumes "
-                            f"({', '.join(VOLUME_SUFFIXES)})")
+        self.label_names = list(listing.label_names)
         self._items: list[SourceItem] = []
         self._pngs: list[bytes] = []
         for label, name in enumerate(self.label_names):
-            for item, png in self._class_items(label, name):
+            files = {os.path.basename(listed.path): listed for listed in listing.files
+                     if listed.label == label}
+            for item, png in self._class_items(label, name, files):
                 self._items.append(item)
                 self._pngs.append(png)
         if not self._items:
             raise DataError(f"volume folder {self.root} holds no volumes")
 
-    def _class_items(self, label: int, name: str) -> Iterator[tuple[SourceItem, bytes]]:
-        folder = self.root / name
-        files = {f.name: f for f in folder.iterdir() if f.is_file() and not
-                 f.name.startswith(".")}
+    def _class_items(self, label: int, name: str,
+                     files: dict[str, ListedFile]) -> Iterator[tuple[SourceItem, bytes]]:
         for file_name in sorted(files):
-            parts = _split_name(file_name)
+            parts = split_volume_name(file_name)
             if parts is None:
                 self.ignored.append(f"{name}/{file_name}")
                 continue
@@ -171,21 +142,21 @@ class VolumeSource:
                              label=label, label_name=name, problem=problem,
                              example=example), png
 
-    def _read_pair(self, files: dict[str, Path], file_name: str, stem: str,
+    def _read_pair(self, files: dict[str, ListedFile], file_name: str, stem: str,
                    suffix: str) -> tuple[str | None, tf.train.Example | None, bytes]:
         """(problem, example with depth and mask, PNG) for one volume file."""
-        too_large = size_problem(files[file_name].stat().st_size, self._limits)
+        too_large = size_problem(files[file_name].size, self._limits)
         if too_large:
             return too_large, None, b""
         try:
-            volume = _read_array(files[file_name], suffix, "volume")
+            volume = self._read(files[file_name], suffix, "volume")
             if suffix == ".npz":
-                mask = _read_array(files[file_name], suffix, "mask")
+                mask = self._read(files[file_name], suffix, "mask")
             else:
                 mask_name = f"{stem}{MASK_SUFFIX}{suffix}"
                 if mask_name not in files:
                     return f"no mask {mask_name} beside it", None, b""
-                mask = _read_array(files[mask_name], suffix)
+                mask = self._read(files[mask_name], suffix)
         except Exception as error:  # any reader's failure quarantines the pair, named
             return f"unreadable: {type(error).__name__}: {one_line(str(error))}", None, b""
         problem = _check_pair(volume, mask)
@@ -198,6 +169,9 @@ class VolumeSource:
         _set_int(example, DEPTH_KEY, [depth])
         _set_int(example, MASK_KEY, mask.reshape(-1).tolist())
         return None, example, _png(_to_uint8(volume).reshape(depth * height, width))
+
+    def _read(self, listed: ListedFile, suffix: str, key: str = "volume") -> np.ndarray:
+        return _read_array(self.root / listed.path, listed.size, suffix, key)
 
     def __len__(self) -> int:
         return len(self._items)

@@ -31,6 +31,14 @@ from pathlib import Path
 from typing import Any
 
 from components.core.text import one_line
+from components.serving.rest_json import (
+    COLUMNS_ANSWER_KEY,
+    COLUMNS_KEY,
+    ROWS_ANSWER_KEY,
+    ROWS_KEY,
+    columns,
+    decode_b64,
+)
 
 FILE_SUFFIX = ".tfrecord"
 DAY_FORMAT = "%Y-%m-%d"
@@ -44,16 +52,6 @@ def day_dir(log_dir: str | os.PathLike, model_name: str, when: dt.datetime) -> P
 # -- writing ----------------------------------------------------------------------------------
 
 
-def _decode_b64(value: Any) -> Any:
-    import base64
-
-    if isinstance(value, dict) and set(value) == {"b64"}:
-        return base64.b64decode(value["b64"])
-    if isinstance(value, list):
-        return [_decode_b64(item) for item in value]
-    return value
-
-
 def _tensor(value: Any, dtype: Any) -> Any:
     """A TensorProto of a REST JSON value with the signature's dtype."""
     import numpy as np
@@ -61,23 +59,8 @@ def _tensor(value: Any, dtype: Any) -> Any:
 
     dtype = tf.dtypes.as_dtype(dtype)
     if dtype == tf.string:
-        return tf.make_tensor_proto(np.array(_decode_b64(value), dtype=object), dtype=tf.string)
+        return tf.make_tensor_proto(np.array(decode_b64(value), dtype=object), dtype=tf.string)
     return tf.make_tensor_proto(np.array(value, dtype=dtype.as_numpy_dtype))
-
-
-def _columns(body: Mapping[str, Any], columnar_key: str, rows_key: str,
-             names: list[str]) -> dict[str, Any]:
-    """Name -> batch of a REST body in either format: columnar (`inputs` / `outputs`, a
-    dict, or the bare value of a single tensor) or rows (`instances` / `predictions`)."""
-    if columnar_key in body:
-        value = body[columnar_key]
-        if isinstance(value, dict) and set(value) <= set(names) and value:
-            return dict(value)
-        return {names[0]: value}
-    rows = body.get(rows_key) or []
-    if rows and isinstance(rows[0], dict) and set(rows[0]) <= set(names) and "b64" not in rows[0]:
-        return {name: [row[name] for row in rows] for name in rows[0]}
-    return {names[0]: rows}
 
 
 def predict_log_from_rest(
@@ -111,12 +94,12 @@ def predict_log_from_rest(
     if version:
         spec.version.value = int(version)
     predict_request = predict_pb2.PredictRequest(model_spec=spec)
-    for name, value in _columns(request, "inputs", "instances",
-                                list(signature.inputs)).items():
+    for name, value in columns(request, COLUMNS_KEY, ROWS_KEY,
+                               list(signature.inputs)).items():
         predict_request.inputs[name].CopyFrom(_tensor(value, signature.inputs[name].dtype))
     predict_response = predict_pb2.PredictResponse(model_spec=spec)
-    for name, value in _columns(response, "outputs", "predictions",
-                                list(signature.outputs)).items():
+    for name, value in columns(response, COLUMNS_ANSWER_KEY, ROWS_ANSWER_KEY,
+                               list(signature.outputs)).items():
         predict_response.outputs[name].CopyFrom(_tensor(value, signature.outputs[name].dtype))
     when = now or dt.datetime.now(dt.timezone.utc)
     metadata = logging_pb2.LogMetadata(

@@ -5,10 +5,11 @@
 
 The request's images are read the way each signature takes them: `serving_default`'s
 serialized tf.Examples (the encoded file in `image`, features from the file itself),
-`predict_images`' uint8 batch (encoding `raw`), `predict_normalized`'s floats in [0, 1]
-(encoding `normalized`); the answer from the response's `probabilities` and `class_name`
-(else `class_id` and the version's label names). `export_images` writes the logged images
-out, sorted by the model's answer, as the start of a labelled span.
+`predict_image_bytes`' encoded files as sent, `predict_images`' uint8 batch (encoding
+`raw`), `predict_normalized`'s floats in [0, 1] (encoding `normalized`); the answer from
+the response's `probabilities` and `class_name` (else `class_id` and the version's label
+names). `export_images` writes the logged images out, sorted by the model's answer, as the
+start of a labelled span.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from components.monitor.features import (
 )
 
 NORMALIZED_ENCODING = "normalized"
+IMAGE_BYTES_INPUT = "image_bytes"  # predict_image_bytes' input (components/trainer/export.py)
 
 
 def group_by_version(records: Sequence[Any]) -> dict[int, list[Any]]:
@@ -55,6 +57,8 @@ def _example_image(serialized: bytes) -> dict[str, Any]:
 def _image_rows(inputs: dict[str, Any]) -> list[dict[str, Any]]:
     if "examples" in inputs:
         return [_example_image(bytes(s)) for s in inputs["examples"].reshape(-1)]
+    if IMAGE_BYTES_INPUT in inputs:
+        return [image_features(bytes(b)) for b in inputs[IMAGE_BYTES_INPUT].reshape(-1)]
     if "images" in inputs:
         batch = inputs["images"]
         if batch.dtype.kind == "f":  # predict_normalized: [0, 1]
@@ -105,8 +109,8 @@ def rows_of_logs(logs: Sequence[Any], label_names: Sequence[str]
 
 def _image_files(inputs: dict[str, Any]) -> list[tuple[bytes, str] | None]:
     """(file bytes, extension) of each image a request carried: the encoded file of a
-    serving_default example as sent, the pixels of predict_images as a PNG; None for an
-    example without an image."""
+    serving_default example or of predict_image_bytes as sent, the pixels of
+    predict_images as a PNG; None for an example without an image."""
     import io
 
     from google.protobuf.message import DecodeError
@@ -115,7 +119,11 @@ def _image_files(inputs: dict[str, Any]) -> list[tuple[bytes, str] | None]:
 
     from components.monitor.features import detect_encoding
 
-    files = []
+    def as_sent(encoded: bytes) -> tuple[bytes, str]:
+        encoding = detect_encoding(encoded)
+        return encoded, {"JPEG": "jpg"}.get(encoding, encoding.lower())
+
+    files: list[tuple[bytes, str] | None] = []
     if "examples" in inputs:
         for serialized in inputs["examples"].reshape(-1):
             try:
@@ -124,8 +132,9 @@ def _image_files(inputs: dict[str, Any]) -> list[tuple[bytes, str] | None]:
             except (DecodeError, IndexError):
                 files.append(None)  # keeps the answers aligned; nothing to write
                 continue
-            encoding = detect_encoding(encoded)
-            files.append((encoded, {"JPEG": "jpg"}.get(encoding, encoding.lower())))
+            files.append(as_sent(encoded))
+    elif IMAGE_BYTES_INPUT in inputs:
+        files = [as_sent(bytes(b)) for b in inputs[IMAGE_BYTES_INPUT].reshape(-1)]
     elif "images" in inputs and inputs["images"].dtype.kind == "u":
         for pixels in inputs["images"]:
             out = io.BytesIO()

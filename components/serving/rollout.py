@@ -7,7 +7,7 @@ is what TF Serving serves, so it is the truth: when the process dies between the
 `check_and_repair` (run by every `mptfx serve status`) moves the aliases after it.
 
     target = ServingTarget(Path("workspace/serving"), "digits")
-    registry = RegistryView.open(client, "digits")
+    registry = RegistryView.open(open_reader(uri), "digits", connect=lambda: mlflow_client(uri))
     apply(target, registry, canary(target, registry, 4))
 """
 
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import signal
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,12 +26,11 @@ from components.serving.models_config import (
     read_labels,
     write_labels,
 )
+from components.tracking.reader import StoreReader, VersionRecord
 from components.tracking.registry import (
     CHALLENGER,
     CHAMPION,
-    current_aliases,
     point_alias,
-    registered_versions,
     serving_version_of,
 )
 
@@ -77,30 +77,44 @@ class ServingTarget:
 
 @dataclass
 class RegistryView:
-    """The registered versions and aliases of one model; `client` None = no MLflow record."""
+    """The registered versions and aliases of one model. Reads go through `reader` (a
+    workspace's sqlite store is read without importing MLflow); `connect()` opens MLflow's
+    client, once, for what writes (moving an alias, recording a rollout). `reader` None =
+    no MLflow record."""
 
-    client: Any
+    reader: StoreReader | None
     model_name: str
-    versions: list[Any] = field(default_factory=list)
+    versions: list[VersionRecord] = field(default_factory=list)
+    connect: Callable[[], Any] | None = None
+    _client: Any = field(default=None, repr=False)
 
     @classmethod
-    def open(cls, client: Any, model_name: str) -> RegistryView:
+    def open(cls, reader: StoreReader | None, model_name: str,
+             connect: Callable[[], Any] | None = None) -> RegistryView:
         """Read the registered versions of `model_name` once."""
-        versions = registered_versions(client, model_name) if client is not None else []
-        return cls(client, model_name, versions)
+        versions = reader.model_versions(model_name) if reader is not None else []
+        return cls(reader, model_name, versions, connect)
 
-    def pushed_as(self, serving_version: int) -> Any | None:
+    @property
+    def client(self) -> Any | None:
+        """MLflow's client for the writes (imports MLflow the first time); None when there
+        is no MLflow record."""
+        if self._client is None and self.reader is not None and self.connect is not None:
+            self._client = self.connect()
+        return self._client
+
+    def pushed_as(self, serving_version: int) -> VersionRecord | None:
         """The newest registered version that was pushed as TF Serving `serving_version`."""
         matching = [v for v in self.versions if serving_version_of(v) == serving_version]
         return matching[-1] if matching else None
 
-    def number(self, registered: int) -> Any | None:
+    def number(self, registered: int) -> VersionRecord | None:
         """Registered version number `registered`, if it exists."""
         return next((v for v in self.versions if int(v.version) == registered), None)
 
     def aliases(self) -> dict[str, str]:
         """alias → registered version number, as MLflow holds them now."""
-        return current_aliases(self.client, self.model_name) if self.client is not None else {}
+        return self.reader.model_aliases(self.model_name) if self.reader is not None else {}
 
 
 def require_servable(target: ServingTarget, registry: RegistryView, version: int) -> None:
@@ -190,7 +204,7 @@ def expected_aliases(registry: RegistryView, labels: ServingLabels) -> dict[str,
 
 def sync_aliases(registry: RegistryView, labels: ServingLabels) -> list[str]:
     """Move the aliases to match `labels`; returns one line per alias moved."""
-    if registry.client is None or not registry.versions:
+    if registry.reader is None or not registry.versions:
         return []
     current = registry.aliases()
     moved = []

@@ -21,11 +21,13 @@ Example (in the pipeline):
 # No `from __future__ import annotations` here: the TFX decorator reads the function's
 # annotations as objects, not strings.
 
+import dataclasses
 import json
 import os
 import time
 import uuid
 
+import numpy as np
 import tensorflow as tf
 from absl import logging
 from tfx.dsl.component.experimental.annotations import InputArtifact, OutputArtifact, Parameter
@@ -162,7 +164,6 @@ def export_tflite_models(
         "accuracy_delta", "latency_ms", "examples", "published", "reason"}}`; `path` is
         the published file or None.
     """
-    signature_input = read_signature_input(saved_model_dir)
     labels_text = "".join(f"{name}\n" for name in read_label_names(examples_uri))
     tf.io.gfile.makedirs(output_dir)
     _write_atomically(os.path.join(output_dir, "labels.txt"), labels_text.encode())
@@ -173,86 +174,102 @@ def export_tflite_models(
                   f"{FLOAT32_DIR} rebuild beside it; TF Lite builtins need a float32 graph")
         logging.warning("TFLite: %s", reason)
         report = {variant: _skipped_variant(reason) for variant in variants}
-        _write_atomically(
-            os.path.join(output_dir, "report.json"), json.dumps(report, indent=2).encode()
-        )
-        return report
-    eval_images, eval_labels = load_split_images(
-        examples_uri,
-        EVAL_SPLIT,
-        signature_input.input_size,
-        signature_input.channels,
-        limit=parity_limit or None,
-    )
-    representative_images = None
-    if "int8" in variants:
-        representative_images, _ = load_split_images(
-            examples_uri,
-            TRAIN_SPLIT,
-            signature_input.input_size,
-            signature_input.channels,
-            limit=representative_samples,
-        )
-
-    # One load and one set of SavedModel predictions for every variant.
-    loaded = tf.saved_model.load(saved_model_dir)
-    reference = savedmodel_predictions(saved_model_dir, eval_images, loaded=loaded)
-    report = {}
-    for variant in variants:
-        try:
-            tflite_model = convert(
-                saved_model_dir,
-                variant,
-                representative_images=representative_images,
-                uint8_io=uint8_io and variant == "int8",
-                loaded=loaded,
-            )
-        except Exception as error:
-            # One unconvertible variant (an op without an int8 kernel, say) must not stop
-            # the others from being published; the report says what failed.
-            logging.exception("TFLite %s: conversion failed.", variant)
-            report[variant] = _conversion_failure(error)
-            continue
-        _write_atomically(os.path.join(output_dir, f"{variant}.tflite"), tflite_model)
-        result = check_parity(tflite_model, variant, saved_model_dir, eval_images, eval_labels,
-                              reference=reference)
-        published_path = None
-        if result.passed:
-            tf.io.gfile.makedirs(publish_version_dir)
-            _write_atomically(os.path.join(publish_version_dir, "labels.txt"), labels_text.encode())
-            _write_atomically(os.path.join(publish_version_dir, f"{variant}.tflite"),
-                              tflite_model)
-            published_path = os.path.join(reported_version_dir or publish_version_dir,
-                                          f"{variant}.tflite")
-            fault_point("tflite")
-        report[variant] = {
-            "path": published_path,
-            "bytes": result.bytes,
-            "agreement": result.agreement,
-            "accuracy": result.accuracy,
-            "savedmodel_accuracy": result.savedmodel_accuracy,
-            "accuracy_delta": result.accuracy_delta,
-            "latency_ms": result.latency_ms,
-            "examples": result.examples,
-            "published": result.passed,
-            "reason": result.reason,
-        }
-        logging.info(
-            "TFLite %-12s %9d bytes  agreement %.4f  accuracy %.4f (%+.2f points)  "
-            "%.3f ms/image  %s: %s",
-            variant,
-            result.bytes,
-            result.agreement,
-            result.accuracy,
-            result.accuracy_delta * 100,
-            result.latency_ms,
-            f"published {published_path}" if result.passed else "NOT published",
-            result.reason,
-        )
+    else:
+        images = _ParityImages.load(saved_model_dir, examples_uri, "int8" in variants,
+                                    representative_samples, parity_limit)
+        publication = _Publication(output_dir, publish_version_dir,
+                                   reported_version_dir or publish_version_dir, labels_text)
+        report = {variant: _export_variant(variant, saved_model_dir, images, publication,
+                                           uint8_io and variant == "int8")
+                  for variant in variants}
     _write_atomically(
         os.path.join(output_dir, "report.json"), json.dumps(report, indent=2).encode()
     )
     return report
+
+
+@dataclasses.dataclass(frozen=True)
+class _ParityImages:
+    """What every variant is checked on: the eval images and labels, the SavedModel loaded
+    once with its predictions on them, and the train images that calibrate int8."""
+
+    loaded: object
+    eval_images: np.ndarray
+    eval_labels: np.ndarray
+    reference: np.ndarray
+    representative: np.ndarray | None
+
+    @classmethod
+    def load(cls, saved_model_dir: str, examples_uri: str, calibrate: bool,
+             representative_samples: int, parity_limit: int) -> "_ParityImages":
+        signature_input = read_signature_input(saved_model_dir)
+        size, channels = signature_input.input_size, signature_input.channels
+        eval_images, eval_labels = load_split_images(examples_uri, EVAL_SPLIT, size, channels,
+                                                     limit=parity_limit or None)
+        representative = None
+        if calibrate:
+            representative, _ = load_split_images(examples_uri, TRAIN_SPLIT, size, channels,
+                                                  limit=representative_samples)
+        loaded = tf.saved_model.load(saved_model_dir)
+        reference = savedmodel_predictions(saved_model_dir, eval_images, loaded=loaded)
+        return cls(loaded, eval_images, eval_labels, reference, representative)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Publication:
+    """Where converted variants go: every one to `output_dir`, those that pass their gate
+    (with labels.txt) to `version_dir`, reported under `reported_dir`."""
+
+    output_dir: str
+    version_dir: str
+    reported_dir: str
+    labels_text: str
+
+    def publish(self, variant: str, tflite_model: bytes) -> str:
+        tf.io.gfile.makedirs(self.version_dir)
+        _write_atomically(os.path.join(self.version_dir, "labels.txt"), self.labels_text.encode())
+        _write_atomically(os.path.join(self.version_dir, f"{variant}.tflite"), tflite_model)
+        return os.path.join(self.reported_dir, f"{variant}.tflite")
+
+
+def _export_variant(variant: str, saved_model_dir: str, images: _ParityImages,
+                    publication: _Publication, uint8_io: bool) -> dict:
+    """Converts one variant, checks it against the SavedModel, publishes it if it passes;
+    returns its report entry."""
+    try:
+        tflite_model = convert(saved_model_dir, variant,
+                               representative_images=images.representative,
+                               uint8_io=uint8_io, loaded=images.loaded)
+    except Exception as error:
+        # One unconvertible variant (an op without an int8 kernel, say) must not stop the
+        # others from being published; the report says what failed.
+        logging.exception("TFLite %s: conversion failed.", variant)
+        return _conversion_failure(error)
+    _write_atomically(os.path.join(publication.output_dir, f"{variant}.tflite"), tflite_model)
+    result = check_parity(tflite_model, variant, saved_model_dir, images.eval_images,
+                          images.eval_labels, reference=images.reference)
+    published_path = None
+    if result.passed:
+        published_path = publication.publish(variant, tflite_model)
+        fault_point("tflite")
+    logging.info(
+        "TFLite %-12s %9d bytes  agreement %.4f  accuracy %.4f (%+.2f points)  "
+        "%.3f ms/image  %s: %s", variant, result.bytes, result.agreement, result.accuracy,
+        result.accuracy_delta * 100, result.latency_ms,
+        f"published {published_path}" if result.passed else "NOT published", result.reason,
+    )
+    return {
+        "path": published_path,
+        "bytes": result.bytes,
+        "agreement": result.agreement,
+        "accuracy": result.accuracy,
+        "savedmodel_accuracy": result.savedmodel_accuracy,
+        "accuracy_delta": result.accuracy_delta,
+        "latency_ms": result.latency_ms,
+        "examples": result.examples,
+        "published": result.passed,
+        "reason": result.reason,
+    }
 
 
 @component

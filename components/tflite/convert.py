@@ -58,8 +58,10 @@ class SignatureInput:
         return (self.height, self.width)
 
 
-def read_signature_input(saved_model_dir: str) -> SignatureInput:
-    """Reads the image input spec of the `predict_normalized` signature.
+def read_signature_input(saved_model_dir: str, loaded: tf.Module | None = None
+                         ) -> SignatureInput:
+    """Reads the image input spec of the `predict_normalized` signature (`loaded`: the
+    SavedModel already loaded).
 
     The spec is the only place the serving model records its training size and channels,
     so reading it needs no other artifact.
@@ -74,15 +76,17 @@ def read_signature_input(saved_model_dir: str) -> SignatureInput:
         ValueError: when the signature is missing or its input is not float32
             `[None, H, W, C]` with known H, W, C.
     """
-    _, signature_input = _load_signature(saved_model_dir)
+    _, signature_input = _load_signature(saved_model_dir, loaded)
     return signature_input
 
 
-def reduced_precision_dtypes(saved_model_dir: str) -> list[str]:
+def reduced_precision_dtypes(saved_model_dir: str, loaded: tf.Module | None = None
+                             ) -> list[str]:
     """The reduced-precision dtypes (float16, bfloat16) that the `predict_normalized`
     signature computes in; [] for a float32 graph. A `mixed` serving model computes in its
-    training policy's dtype, so TF Lite converts its float32 rebuild instead."""
-    loaded = tf.saved_model.load(saved_model_dir)
+    training policy's dtype, so TF Lite converts its float32 rebuild instead. `loaded`: the
+    SavedModel already loaded."""
+    loaded = tf.saved_model.load(saved_model_dir) if loaded is None else loaded
     graph_def = loaded.signatures[SIGNATURE_KEY].graph.as_graph_def()
     nodes = [*graph_def.node, *(n for f in graph_def.library.function for n in f.node_def)]
     found = {

@@ -199,7 +199,7 @@ def tflite_predictions(tflite_model: bytes, images: np.ndarray) -> tuple[np.ndar
     output_detail = interpreter.get_output_details()[0]
 
     def run(image: np.ndarray) -> float:
-        interpreter.set_tensor(input_detail["index"], _quantize(image[np.newaxis], input_detail))
+        interpreter.set_tensor(input_detail["index"], quantize(image[np.newaxis], input_detail))
         started = time.perf_counter()
         interpreter.invoke()
         return time.perf_counter() - started
@@ -209,12 +209,12 @@ def tflite_predictions(tflite_model: bytes, images: np.ndarray) -> tuple[np.ndar
     classes, seconds = [], []
     for image in images:
         seconds.append(run(image))
-        output = _dequantize(interpreter.get_tensor(output_detail["index"]), output_detail)
+        output = dequantize(interpreter.get_tensor(output_detail["index"]), output_detail)
         classes.append(int(np.argmax(output[0])))
     return np.asarray(classes, dtype=np.int64), statistics.median(seconds) * 1000.0
 
 
-def _quantize(values: np.ndarray, detail: dict) -> np.ndarray:
+def quantize(values: np.ndarray, detail: dict) -> np.ndarray:
     """Float values to the tensor's dtype, using its scale and zero point when quantized."""
     dtype = detail["dtype"]
     if not np.issubdtype(dtype, np.integer):
@@ -225,7 +225,7 @@ def _quantize(values: np.ndarray, detail: dict) -> np.ndarray:
     return np.clip(quantized, info.min, info.max).astype(dtype)
 
 
-def _dequantize(values: np.ndarray, detail: dict) -> np.ndarray:
+def dequantize(values: np.ndarray, detail: dict) -> np.ndarray:
     """Tensor values to float32, using its scale and zero point when quantized."""
     if not np.issubdtype(values.dtype, np.integer):
         return values.astype(np.float32)

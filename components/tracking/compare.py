@@ -19,6 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from components.run_summary import REPORT_FILE
+from components.tracking.content import SUMMARY_PATH_TAG
+from components.tracking.reader import TFX_RUN_ID_TAG, RunRecord, StoreReader
+from components.tracking.registry import REGISTERED_MODEL_TAG, REGISTERED_VERSION_TAG
+
 CURVE_METRICS = ("val_accuracy", "loss")
 FORMATS = ("table", "csv", "json", "markdown")
 _RUN_ID = re.compile(r"^[0-9a-f]{32}$")
@@ -76,16 +81,16 @@ def _smallest_tflite(metrics: dict[str, float]) -> tuple[float | None, str | Non
     return sizes[variant] / 1024, variant
 
 
-def row_from_run(run: Any) -> dict[str, Any]:
+def row_from_run(run: RunRecord) -> dict[str, Any]:
     """One comparison row from an MLflow run that `mptfx run` recorded."""
-    params, metrics, tags = run.data.params, run.data.metrics, run.data.tags
+    params, metrics, tags = run.params, run.metrics, run.tags
     saved_model = metrics.get("size/saved_model_bytes")
     tflite_kb, tflite_variant = _smallest_tflite(metrics)
     blessed = tags.get("mptfx.blessed")
     return {
-        "run": run.info.run_name or tags.get("mptfx.tfx_run_id") or run.info.run_id[:8],
-        "mlflow_run_id": run.info.run_id,
-        "status": run.info.status,
+        "run": run.run_name or tags.get(TFX_RUN_ID_TAG) or run.run_id[:8],
+        "mlflow_run_id": run.run_id,
+        "status": run.status,
         "precision": params.get("precision"),
         "xla": params.get("xla"),
         "strategy": params.get("strategy"),
@@ -100,8 +105,8 @@ def row_from_run(run: Any) -> dict[str, Any]:
         "tflite_variant": tflite_variant,
         "wall_seconds": metrics.get("seconds/wall"),
         "blessed": None if blessed is None else blessed == "true",
-        "registered": (f"{tags['mptfx.registered_model']} v{tags['mptfx.registered_version']}"
-                       if "mptfx.registered_version" in tags else None),
+        "registered": (f"{tags[REGISTERED_MODEL_TAG]} v{tags[REGISTERED_VERSION_TAG]}"
+                       if REGISTERED_VERSION_TAG in tags else None),
         "alias": None,  # filled in by load_rows from the registry: aliases move
         "model": params.get("model"),
         "learning_rate": _number(params.get("learning_rate")),
@@ -138,7 +143,8 @@ def _cell(row: dict[str, Any], column: Column) -> str:
 
 
 def format_table(rows: Sequence[dict[str, Any]], best: dict[str, list[str]]) -> str:
-    """An aligned terminal table; the best value of each ranked column carries a `*`."""
+    """An aligned terminal table; the best value of each ranked column carries a `*`; then
+    each run's report page, when any run has one."""
     header = [column.header for column in COLUMNS]
     body = []
     for row in rows:
@@ -158,16 +164,28 @@ def format_table(rows: Sequence[dict[str, Any]], best: dict[str, list[str]]) -> 
     lines = [line(header), line(["-" * w for w in widths])] + [line(cells) for cells in body]
     if best:
         lines.append("* best in column")
-    return "\n".join(lines)
+    return "\n".join(lines + _report_lines(rows))
+
+
+def _report_lines(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """Under the table, each run's report page (when any run has one)."""
+    if not any(row.get("report") for row in rows):
+        return []
+    width = max(len(row["run"]) for row in rows)
+    return ["", "reports:"] + [f"  {row['run']:<{width}}  {row.get('report') or '-'}"
+                               for row in rows]
 
 
 def format_markdown(rows: Sequence[dict[str, Any]], best: dict[str, list[str]]) -> str:
-    """A GitHub markdown table; the best value of each ranked column is bold."""
+    """A GitHub markdown table; the best value of each ranked column is bold; a run's name
+    links its report page when it has one."""
     lines = ["| " + " | ".join(column.header for column in COLUMNS) + " |",
              "|" + "|".join("---:" if column.better else "---" for column in COLUMNS) + "|"]
     for row in rows:
         cells = [f"**{_cell(row, c)}**" if row["run"] in best.get(c.key, []) else _cell(row, c)
                  for c in COLUMNS]
+        if row.get("report"):  # the run's name links its report page
+            cells[0] = f"[{cells[0]}]({row['report']})"
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -206,81 +224,69 @@ def format_rows(rows: Sequence[dict[str, Any]], fmt: str, extra: dict | None = N
     return format_table(rows, best)
 
 
-def resolve_runs(client: Any, run_refs: Sequence[str], experiment: str | None,
-                 last: int) -> list[Any]:
+def resolve_runs(reader: StoreReader, run_refs: Sequence[str], experiment: str | None,
+                 last: int) -> list[RunRecord]:
     """MLflow runs to compare, oldest first: the given refs (MLflow run ids or TFX run ids),
     else the `last` runs of `experiment` (default: the experiment of the newest mptfx run).
 
     Raises LookupError naming what was not found.
     """
     if run_refs:
-        return [_find_run(client, ref) for ref in run_refs]
-    experiment_ids = _experiment_ids(client, experiment)
-    runs = client.search_runs(
-        experiment_ids, filter_string="tags.`mptfx.tfx_run_id` LIKE '%'",
-        max_results=last, order_by=["attributes.start_time DESC"],
-    )
-    return list(reversed(list(runs)))
-
-
-def _experiment_ids(client: Any, experiment: str | None) -> list[str]:
+        return [_find_run(reader, ref) for ref in run_refs]
     if experiment:
-        found = client.get_experiment_by_name(experiment)
+        found = reader.experiment_id(experiment)
         if found is None:
-            names = ", ".join(e.name for e in client.search_experiments()) or "none"
+            names = ", ".join(reader.experiment_names()) or "none"
             raise LookupError(f"no MLflow experiment {experiment!r} (experiments: {names})")
-        return [found.experiment_id]
-    all_ids = [e.experiment_id for e in client.search_experiments()]
-    newest = client.search_runs(all_ids, filter_string="tags.`mptfx.tfx_run_id` LIKE '%'",
-                                max_results=1, order_by=["attributes.start_time DESC"])
-    if not newest:
-        raise LookupError("no mptfx runs recorded in this MLflow store yet")
-    return [newest[0].info.experiment_id]
+        experiment_ids = [found]
+    else:
+        newest = reader.newest_mptfx_runs(None, 1)
+        if not newest:
+            raise LookupError("no mptfx runs recorded in this MLflow store yet")
+        experiment_ids = [newest[0].experiment_id]
+    return list(reversed(reader.newest_mptfx_runs(experiment_ids, last)))
 
 
-def _find_run(client: Any, ref: str) -> Any:
-    from mlflow.exceptions import MlflowException
-
-    if _RUN_ID.match(ref):
-        try:
-            return client.get_run(ref)
-        except MlflowException:
-            pass
-    all_ids = [e.experiment_id for e in client.search_experiments()]
-    found = client.search_runs(all_ids, filter_string=f"tags.`mptfx.tfx_run_id` = '{ref}'",
-                               max_results=1, order_by=["attributes.start_time DESC"])
-    if not found:
+def _find_run(reader: StoreReader, ref: str) -> RunRecord:
+    found = reader.run(ref) if _RUN_ID.match(ref) else None
+    found = found or reader.run_by_tfx_id(ref)
+    if found is None:
         raise LookupError(f"no MLflow run {ref!r} (give an MLflow run id or a TFX run id)")
-    return found[0]
+    return found
 
 
-def _current_aliases(client: Any, model_names: set[str]) -> dict[str, str]:
-    """`name vN` → its aliases today (comma-separated), for the given registered models."""
-    from mlflow.exceptions import MlflowException
+def report_of(run: RunRecord, workspace: Path) -> str | None:
+    """The run's report page as a file:// URL, when it exists: `report.html` beside its
+    summary.json (the folder its summary_path tag names), else in
+    `<workspace>/runs/<TFX run id>/`."""
+    folders = []
+    if run.tags.get(SUMMARY_PATH_TAG):
+        folders.append(Path(run.tags[SUMMARY_PATH_TAG]).parent)
+    if run.tags.get(TFX_RUN_ID_TAG):
+        folders.append(workspace / "runs" / run.tags[TFX_RUN_ID_TAG])
+    for folder in folders:
+        page = folder / REPORT_FILE
+        if page.is_file():
+            return page.resolve().as_uri()
+    return None
 
-    by_version: dict[str, list[str]] = {}
-    for name in model_names:
-        try:
-            registered = client.get_registered_model(name)
-        except MlflowException:
-            continue
-        for alias, version in (registered.aliases or {}).items():
-            by_version.setdefault(f"{name} v{version}", []).append(alias)
-    return {key: ",".join(sorted(names)) for key, names in by_version.items()}
 
-
-def load_rows(client: Any, runs: Sequence[Any]) -> list[dict[str, Any]]:
-    """Comparison rows for `runs`, each with its per-epoch curves (CURVE_METRICS)."""
+def load_rows(reader: StoreReader, runs: Sequence[RunRecord],
+              workspace: Path) -> list[dict[str, Any]]:
+    """Comparison rows for `runs`, each with its per-epoch curves (CURVE_METRICS), the
+    aliases its model version holds now and its report page (`report`, or None)."""
     rows = []
-    aliases = _current_aliases(client, {run.data.tags.get("mptfx.registered_model")
-                                        for run in runs} - {None})
+    models = {run.tags.get(REGISTERED_MODEL_TAG) for run in runs} - {None}
+    aliases: dict[str, list[str]] = {}
+    for name in sorted(models):
+        for alias, version in reader.model_aliases(name).items():
+            aliases.setdefault(f"{name} v{version}", []).append(alias)
     for run in runs:
         row = row_from_run(run)
-        row["alias"] = aliases.get(row["registered"])
+        row["alias"] = ",".join(sorted(aliases.get(row["registered"], []))) or None
+        row["report"] = report_of(run, workspace)
         for key in CURVE_METRICS:
-            history = sorted(client.get_metric_history(run.info.run_id, key),
-                             key=lambda metric: metric.step)
-            row["curves"][key] = [(metric.step, metric.value) for metric in history]
+            row["curves"][key] = reader.metric_history(run.run_id, key)
         rows.append(row)
     return rows
 

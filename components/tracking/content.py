@@ -5,8 +5,10 @@ so a run whose Trainer ran in another process (or pod, or was cached) is recorde
 way. Pure functions: no MLflow here.
 
 Metric names (step = Keras epoch index, 0-based like the TensorBoard logs):
-    per epoch   loss, accuracy, val_loss, val_accuracy, images_per_sec, loss_scale, ...
-    final       train/images_per_sec, eval/accuracy, eval/blessed, eval/recall_<class>,
+    per epoch   loss, accuracy, val_loss, val_accuracy, images_per_sec, loss_scale,
+                input_wait_share, steps_per_sec, ...
+    final       train/images_per_sec, train/input_wait_share, train/model_steps_per_sec,
+                eval/accuracy, eval/blessed, eval/recall_<class>,
                 tfma/<metric>, size/saved_model_bytes, tflite/<variant>_bytes|_agreement|...,
                 distill/teacher_accuracy|student_accuracy|teacher_latency_ms|...,
                 seconds/<Component>, seconds/train, seconds/wall, data/images, ...
@@ -27,6 +29,9 @@ from typing import Any
 from components.run_summary import TRAINING_SUMMARY_FILE, RunSummary
 
 # MLflow's limits for one param value and one tag value.
+# The run's summary.json (its folder holds pipeline.log and report.html): `mptfx compare`
+# links the report through it.
+SUMMARY_PATH_TAG = "mptfx.summary_path"
 _MAX_PARAM_LENGTH = 6000
 _MAX_TAG_LENGTH = 5000
 _VERSIONED_PACKAGES = {"tfx": "tfx", "tensorflow": "tensorflow", "mptfx": "mptfx",
@@ -205,6 +210,11 @@ def final_metrics(summary: RunSummary, tfma_metrics: Mapping[str, float]) -> dic
         "eval/accuracy": evaluation.accuracy,
         "eval/baseline_accuracy": evaluation.baseline_accuracy,
     }
+    input_bound = _mapping(trainer.get("input_bound"))
+    metrics["train/input_wait_share"] = input_bound.get("wait_share")
+    metrics["train/steps_per_sec"] = input_bound.get("steps_per_sec")
+    metrics["train/model_steps_per_sec"] = input_bound.get("model_steps_per_sec")
+    metrics["train/speedup_without_input_wait"] = input_bound.get("speedup_without_wait")
     if evaluation.present():
         metrics["eval/blessed"] = 1.0 if evaluation.blessed else 0.0
     labels = trainer.get("label_names") or []
@@ -294,7 +304,7 @@ def run_tags(
         "mptfx.pipeline": summary.pipeline,
         "mptfx.status": summary.status,
         "mptfx.workspace": summary.workspace,
-        "mptfx.summary_path": summary.summary_path,
+        SUMMARY_PATH_TAG: summary.summary_path,
         "mptfx.log_path": summary.log_path,
         "mptfx.error": summary.error,
         "mptfx.blessed": evaluation.blessed if evaluation.present() else None,

@@ -6,7 +6,9 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
+import shutil
 import tempfile
 import time
 from collections.abc import Mapping
@@ -16,6 +18,7 @@ from typing import Any
 from components.redact import redact
 from components.run_summary import SUMMARY_FILE, TRAINING_SUMMARY_FILE, RunSummary
 from components.tracking import content, registry
+from components.tracking import report as report_lib
 from components.tracking.model_card import render_model_card
 from components.tracking.store import (
     SYNC_TO_TAG,
@@ -89,8 +92,38 @@ def _metric_entities(summary: RunSummary, training: Mapping[str, Any],
     return entities
 
 
+def system_series(client: Any, run_id: str) -> dict[str, list[tuple[float, float]]]:
+    """MLflow's system metrics the Trainer logged to the run, as (seconds since the first
+    sample, value) per metric."""
+    series = {}
+    for name in report_lib.SYSTEM_SERIES:
+        history = sorted(client.get_metric_history(run_id, name), key=lambda m: m.timestamp)
+        if history:
+            first = history[0].timestamp
+            series[name] = [((m.timestamp - first) / 1000.0, m.value) for m in history]
+    return series
+
+
+def write_report_quietly(summary: RunSummary, training: Mapping[str, Any],
+                         series: Mapping[str, Any] | None = None) -> report_lib.Report | None:
+    """The run report, or None with a warning in the log: a report never fails recording."""
+    try:
+        return report_lib.write_report(summary, training, series)
+    except Exception:
+        logging.getLogger("mptfx").warning("the run report could not be written",
+                                           exc_info=True)
+        return None
+
+
 def _log_artifacts(client: Any, run_id: str, summary: RunSummary,
-                   training: Mapping[str, Any], tfma_metrics: Mapping[str, float]) -> None:
+                   training: Mapping[str, Any], tfma_metrics: Mapping[str, float],
+                   report: report_lib.Report | None) -> None:
+    if report is not None:  # the figures, and the page that holds them all
+        with tempfile.TemporaryDirectory(prefix="mptfx-report-") as folder:
+            for name, png in report.figures.items():
+                (Path(folder) / name).write_bytes(png)
+            shutil.copy(report.path, Path(folder) / report_lib.REPORT_FILE)
+            client.log_artifacts(run_id, folder, report_lib.ARTIFACT_DIR)
     with tempfile.TemporaryDirectory(prefix="mptfx-mlflow-") as folder:
         staged = Path(folder)
         (staged / SUMMARY_FILE).write_text(summary.to_json())
@@ -114,9 +147,12 @@ def _run_url(store: TrackingStore, experiment_id: str, run_id: str) -> str | Non
     return redact(f"{store.uri.rstrip('/')}/#/experiments/{experiment_id}/runs/{run_id}")
 
 
-def record_pipeline_run(store: TrackingStore, summary: RunSummary) -> dict[str, Any]:
-    """Create the MLflow run for `summary` in `store` and log everything; return the
-    `mlflow` section (also set on `summary` before summary.json is logged)."""
+def record_pipeline_run(store: TrackingStore, summary: RunSummary,
+                        opened_run_id: str | None = None) -> dict[str, Any]:
+    """Log everything about `summary` into the MLflow run opened when the pipeline started
+    (`opened_run_id`, live_run.py: it holds the Trainer's system metrics), else into a new
+    one, and end it; return the `mlflow` section (also set on `summary` before summary.json
+    is logged)."""
     client = mlflow_client(store.uri)
     experiment_id = ensure_experiment(client, store.experiment, store.artifact_location)
     training = content.read_training_summary(summary)
@@ -125,10 +161,14 @@ def record_pipeline_run(store: TrackingStore, summary: RunSummary) -> dict[str, 
     if store.is_fallback:
         # Without the password: `mptfx tracking sync` takes it from MLFLOW_TRACKING_PASSWORD.
         tags[SYNC_TO_TAG] = redact(store.requested_uri)
-    # The MLflow run spans the pipeline run, so its duration in the UI is the wall time.
-    started = time.time() - float(summary.wall_seconds or 0)
-    run = client.create_run(experiment_id, start_time=int(started * 1000),
-                            run_name=str(summary.run_id), tags=tags)
+    if opened_run_id is not None:
+        run = client.get_run(opened_run_id)
+        log_in_batches(client, opened_run_id, tags=tags)
+    else:
+        # The MLflow run spans the pipeline run, so its duration in the UI is the wall time.
+        started = time.time() - float(summary.wall_seconds or 0)
+        run = client.create_run(experiment_id, start_time=int(started * 1000),
+                                run_name=str(summary.run_id), tags=tags)
     run_id = run.info.run_id
     section: dict[str, Any] = {
         "run_id": run_id,
@@ -151,7 +191,8 @@ def record_pipeline_run(store: TrackingStore, summary: RunSummary) -> dict[str, 
                 client, run, summary, store.model_name)
             summary.mlflow = section
         client.set_tag(run_id, "mlflow.note.content", render_model_card(summary, training))
-        _log_artifacts(client, run_id, summary, training, tfma_metrics)
+        report = write_report_quietly(summary, training, system_series(client, run_id))
+        _log_artifacts(client, run_id, summary, training, tfma_metrics, report)
     except BaseException:
         _terminate_quietly(client, run_id, "FAILED")
         raise

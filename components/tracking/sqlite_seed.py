@@ -47,8 +47,8 @@ def seed(path: Path) -> bool:
         if not template.exists():
             _create_template(template)
         temporary = path.with_name(f".{path.name}.seed-{os.getpid()}")
-        shutil.copyfile(template, temporary)
-        try:
+        try:  # a copy cut short (a full disk) is removed too
+            shutil.copyfile(template, temporary)
             os.link(temporary, path)  # never over a database another process just made
         except FileExistsError:
             return False

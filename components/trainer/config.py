@@ -281,7 +281,7 @@ class TrainerSection(StrictSection):
     # step), both after a linear warm-up of warmup_epochs.
     lr_schedule: Literal["constant", "cosine"] = "cosine"
     # Linear warm-up from 0 to the learning rate, in epochs (fractions allowed); auto: 10 %
-    # of the epochs (1 to 5) with cosine or when batch_size auto scaled the learning rate
+    # of the epochs (at most 5) with cosine or when batch_size auto scaled the learning rate
     # up, else 0.
     warmup_epochs: Annotated[float, Field(ge=0)] | Literal["auto"] = AUTO
     # Cross-entropy against (1 - s) x one-hot + s / classes (classification only).

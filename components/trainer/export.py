@@ -12,8 +12,18 @@ beside it as `Format-Float32` with the same signatures, and that is what TF Lite
 
 Classification signatures (see docs/INTERFACES.md):
     serving_default(examples: string [None])    -> probabilities, class_id, class_name
+    predict_image_bytes(image_bytes: string [None]) -> the same three outputs
     predict_images(images: uint8 [None, None, None, C]) -> the same three outputs
     predict_normalized(images: float32 [None, H, W, C]) -> probabilities
+
+`predict_image_bytes` takes each image's encoded file (JPEG, PNG, GIF or BMP) and decodes it
+as `serving_default` decodes the Example's `image`, so both answer the same for the same
+file. Its input is named `image_bytes`: TF Serving's REST API reads `{"b64": ...}` for any
+string input, and the `_bytes` suffix is the convention (Cloud ML Engine's, which TF
+Serving's json_tensor.cc follows for outputs) that marks a string tensor as binary, so
+`{"instances": [{"b64": "<base64 JPEG>"}]}` is the whole request body. The class names are
+also written to `assets.extra/labels.txt` (one per line, class id order), as TF Lite's
+`labels.txt`, for clients that read `probabilities` (`mptfx predict`).
 
 Segmentation signatures (volumes of D slices of H x W, see data.py):
     serving_default(examples: string [None]) -> probabilities (float32 [None, D*H*W], the
@@ -33,12 +43,15 @@ import numpy as np
 import tensorflow as tf
 
 from components.examples_format import IMAGE_KEY, parse_spec
+from components.serving.label_names import write_label_names
 from components.trainer import data as data_lib
 from components.trainer.config import SERVING_PRECISIONS
-from components.trainer.warmup import blank_example, write_warmup_requests
+from components.trainer.warmup import blank_example, blank_png, write_warmup_requests
 from models import SEGMENTATION, build_model, model_task
 
 SERVING_SIGNATURE = "serving_default"
+IMAGE_BYTES_SIGNATURE = "predict_image_bytes"
+IMAGE_BYTES_INPUT = "image_bytes"
 IMAGES_SIGNATURE = "predict_images"
 VOLUMES_SIGNATURE = "predict_volumes"
 NORMALIZED_SIGNATURE = "predict_normalized"
@@ -113,9 +126,13 @@ def _write_classification_model(
     height, width, channels = input_shape
     functions = _ServingFunctions(model, (height, width), channels, label_names)
     _write_archive(model, functions.endpoints(), export_dir)
+    write_label_names(export_dir, label_names)
     write_warmup_requests(export_dir, model_name, {
         SERVING_SIGNATURE: {
             "examples": np.array([blank_example((height, width, channels))], dtype=object)
+        },
+        IMAGE_BYTES_SIGNATURE: {
+            IMAGE_BYTES_INPUT: np.array([blank_png((height, width, channels))], dtype=object)
         },
         IMAGES_SIGNATURE: {"images": np.zeros((1, height, width, channels), np.uint8)},
     })
@@ -206,7 +223,7 @@ def rebuild_in_float32(
 
 
 class _ServingFunctions:
-    """The Python functions behind the three signatures, closing over the model."""
+    """The Python functions behind the four signatures, closing over the model."""
 
     def __init__(
         self,
@@ -229,6 +246,10 @@ class _ServingFunctions:
                 self.serve_examples,
                 [tf.TensorSpec([None], tf.string, name="examples")],
             ),
+            IMAGE_BYTES_SIGNATURE: (
+                self.predict_image_bytes,
+                [tf.TensorSpec([None], tf.string, name=IMAGE_BYTES_INPUT)],
+            ),
             IMAGES_SIGNATURE: (
                 self.predict_images,
                 [tf.TensorSpec([None, None, None, channels], tf.uint8, name="images")],
@@ -241,11 +262,15 @@ class _ServingFunctions:
 
     def serve_examples(self, examples: tf.Tensor) -> dict[str, tf.Tensor]:
         features = tf.io.parse_example(examples, parse_spec(label=False))
+        return self.predict_image_bytes(features[IMAGE_KEY])
+
+    def predict_image_bytes(self, image_bytes: tf.Tensor) -> dict[str, tf.Tensor]:
+        # Each file decodes at its own size; the Trainer's resize makes them one batch.
         images = tf.map_fn(
             lambda encoded: data_lib.preprocess_images(
                 data_lib.decode_image(encoded, self._channels), self._input_size
             ),
-            features[IMAGE_KEY],
+            image_bytes,
             fn_output_signature=tf.TensorSpec([*self._input_size, self._channels], tf.float32),
         )
         return self._classify(images)

@@ -43,6 +43,7 @@ from components.trainer.fine_tune import (
     freeze_backbone,
     head_and_backbone,
 )
+from components.trainer.input_bound import InputWaitMeter
 from components.trainer.pretrained import StartWeights, load_start_weights
 from components.trainer.recipe import LearningRatePlan, resolve_fine_tune
 from components.trainer.runtime import Runtime, Task
@@ -129,6 +130,8 @@ def fit_model(
         augment=data_lib.resolve_augment(trainer.augment, task.model_name, task.channels),
         workers=pod_env.worker_position(tf_config) if runtime.multi_worker else None,
     )
+    input_wait = InputWaitMeter()  # the seconds each step waits for its batch
+    train_dataset = input_wait.watch(train_dataset)
     fit_steps: dict[str, int] = {}
     if runtime.multi_worker:
         # Every worker must run the same number of steps: repeat and count them.
@@ -155,6 +158,7 @@ def fit_model(
         model = prepared.model
         callbacks = [*([prepared.fine_tune] if prepared.fine_tune else []),
             throughput,
+            input_wait.callback,
             TrainingStatsCallback(),
             DivergenceGuard(trainer.divergence_patience, runtime.learning_rate, runtime.policy),
             *([early_stopping] if early_stopping else []),

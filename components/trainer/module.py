@@ -31,11 +31,13 @@ import keras
 from absl import logging
 
 from components import pod_env
+from components.tracking import system_metrics
 from components.trainer import export as export_lib
 from components.trainer.build import build_training_model, compile_training_model
 from components.trainer.config import TrainerConfig
 from components.trainer.distill_run import PreparedTeacher, prepare_distillation
 from components.trainer.fit import LOG_DIR, FitResult, backup_dir_for, fit_model
+from components.trainer.input_bound import assess_training
 from components.trainer.runtime import Runtime, Task, resolve_runtime, resolve_task
 from components.trainer.summary import SUMMARY_FILE, TrainingSummary
 from components.trainer.teacher import describe_model, write_model_description
@@ -94,16 +96,24 @@ class _Outputs:
 
 
 def train_and_export(fn_args: tfx.components.FnArgs) -> TrainingResult:
-    """Trains the configured model and exports it; the body of `run_fn`.
+    """Trains the configured model and exports it; the body of `run_fn`. MLflow's system
+    metrics are logged meanwhile when a run was handed over (components/tracking/
+    system_metrics.py), with the task as node id under multi-worker training.
 
     Raises:
         ValueError: a bad config value (naming the key) or bad input data.
         MixedPrecisionLintError: the model is unsafe under the resolved precision.
         TrainingDivergedError: the loss stayed NaN/inf (see callbacks.DivergenceGuard).
     """
+    tf_config = pod_env.read_tf_config()
+    node_id = pod_env.task_name(tf_config) if pod_env.cluster_size(tf_config) > 1 else None
+    with system_metrics.monitoring(node_id):
+        return _train_and_export(fn_args, tf_config)
+
+
+def _train_and_export(fn_args: tfx.components.FnArgs, tf_config: dict) -> TrainingResult:
     started = time.perf_counter()
     config = TrainerConfig.from_custom_config(fn_args.custom_config)
-    tf_config = pod_env.read_tf_config()
     runtime, task, tuning, probed_model, teacher = _resolve(config, fn_args, tf_config)
     chief = pod_env.is_chief(tf_config)
     outputs = _Outputs.for_task(fn_args, chief, pod_env.task_name(tf_config))
@@ -111,12 +121,14 @@ def train_and_export(fn_args: tfx.components.FnArgs) -> TrainingResult:
                        probed_model, distillation=teacher.distillation if teacher else None)
     distill_record = teacher.record(fitted.model, task, fn_args.eval_files) if teacher else None
     fitted.model.distillation = None  # the teacher is not part of what is exported
+    input_bound = assess_training(fitted.history, fitted.model, runtime, task, config.trainer,
+                                  tuning, fn_args.train_files, fitted.train_examples)
     final_weights_checksum = _export(fitted, task, outputs.serving_model_dir,
                                      config.export.serving_precision, config, runtime.policy)
     if chief and task.is_classification:
         _write_monitoring_reference(fn_args, task, outputs.serving_model_dir)
     summary = TrainingSummary.of(config, runtime, task, fitted, tuning, final_weights_checksum,
-                                 tf_config, distill_record)
+                                 tf_config, distill_record, input_bound)
     summary.write(outputs.model_run_dir)
     outputs.remove_scratch()
     logging.info(
@@ -130,6 +142,8 @@ def train_and_export(fn_args: tfx.components.FnArgs) -> TrainingResult:
         outputs.serving_model_dir,
         config.export.serving_precision,
     )
+    if input_bound["advice"]:
+        logging.warning("Trainer: %s", input_bound["advice"])
     return TrainingResult(fitted.model, summary, chief, outputs.serving_model_dir, config)
 
 

@@ -4,7 +4,8 @@ the fine-tune plan with `auto` resolved.
 - `trainer.lr_schedule`: `cosine` (default) decays the learning rate per step to 0 at the
   last step (Loshchilov & Hutter's SGDR without restarts, NVIDIA's ResNet-50 recipe);
   `constant` keeps it. Either starts with a linear warm-up of `trainer.warmup_epochs`,
-  which `auto` makes 10 % of the epochs (1 to 5) under cosine or when the learning rate was
+  which `auto` makes 10 % of the epochs (at most 5; a short run warms up for a fraction
+  of an epoch rather than a third of its steps) under cosine or when the learning rate was
   scaled up for a larger batch (`batch_size: auto`, `scale_learning_rate`; Goyal et al.
   2017), else 0.
 - `trainer.label_smoothing`: cross-entropy against smoothed one-hot labels.
@@ -126,9 +127,9 @@ def resolve_warmup(setting: float | str, schedule: str, epochs: int,
         return float(setting), "trainer.warmup_epochs"
     if not (schedule == "cosine" or scaled_up):
         return 0.0, "auto: constant learning rate, not scaled up"
-    epochs_of_warmup = float(min(_WARMUP_EPOCHS_MAX, max(1, round(_WARMUP_SHARE * epochs))))
+    epochs_of_warmup = float(min(_WARMUP_EPOCHS_MAX, round(_WARMUP_SHARE * epochs, 1)))
     why = "the learning rate was scaled up for the batch" if scaled_up else "cosine schedule"
-    return epochs_of_warmup, f"auto: {why}: 10 % of {epochs} epochs (1 to 5)"
+    return epochs_of_warmup, f"auto: {why}: 10 % of {epochs} epochs (at most 5)"
 
 
 def resolve_fine_tune(fine_tune: FineTuneSection, epochs: int, pretrained: bool,

@@ -87,6 +87,8 @@ class TrainingSummary:
     fine_tune: dict[str, Any] | None
     early_stopping: dict[str, Any] | None
     distill: dict[str, Any] | None  # trainer.distill: teacher, settings, teacher vs student
+    # input_bound.assess: the share of step time waiting for input, the model alone's speed
+    input_bound: dict[str, Any]
     metric: str  # "accuracy" or "dice"
     final_metric: float | None
 
@@ -101,6 +103,7 @@ class TrainingSummary:
         final_weights_checksum: str,
         tf_config: Mapping[str, Any],
         distill: Mapping[str, Any] | None = None,
+        input_bound: Mapping[str, Any] | None = None,
     ) -> TrainingSummary:
         """The summary of a finished training (`distill`: distill_run's record, or None)."""
         trainer, model = config.trainer, config.model
@@ -157,6 +160,7 @@ class TrainingSummary:
             fine_tune=fitted.fine_tune,
             early_stopping=fitted.early_stopping,
             distill=dict(distill) if distill else None,
+            input_bound=dict(input_bound or {}),
             metric=task.metric,
             final_metric=_final_metric(history, task.metric, fitted.early_stopping),
         )

@@ -58,12 +58,7 @@ def tune_runtime(
         return model
 
     def batches(cell: autotune_lib.Cell, batch: int):
-        images, labels = real_batch(train_files, task, batch * runtime.replicas)
-        # unbatch/batch: the element spec of the training dataset (batch dimension None),
-        # so fit reuses the winner's traced train step instead of tracing it again.
-        dataset = tf.data.Dataset.from_tensors((images, labels)).repeat().unbatch().batch(
-            batch * runtime.replicas)
-        return iter(runtime.strategy.experimental_distribute_dataset(dataset))
+        return cached_batches(train_files, task, runtime, batch * runtime.replicas)
 
     def batch_for(precision: str) -> int:
         if not batch_auto:
@@ -149,6 +144,17 @@ def tune_runtime(
                  tuned.policy, tuned.policy_reason, tuned.xla, batch,
                  f" ({tuning['batch_size_reason']})" if batch_auto else "")
     return tuned, tuning, reusable
+
+
+def cached_batches(train_files: list[str], task: Task, runtime: Runtime, global_batch: int):
+    """An endless iterator of one real batch (`real_batch`), distributed by the runtime's
+    strategy: what `model.train_function` takes when the model alone is timed."""
+    images, labels = real_batch(train_files, task, global_batch)
+    # unbatch/batch: the element spec of the training dataset (batch dimension None), so
+    # fit reuses the winner's traced train step instead of tracing it again.
+    dataset = tf.data.Dataset.from_tensors((images, labels)).repeat().unbatch().batch(
+        global_batch)
+    return iter(runtime.strategy.experimental_distribute_dataset(dataset))
 
 
 def real_batch(train_files: list[str], task: Task, size: int) -> tuple[tf.Tensor, tf.Tensor]:

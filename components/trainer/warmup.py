@@ -10,6 +10,7 @@ Example:
 
     write_warmup_requests(export_dir, "seed_cnn", {
         "serving_default": {"examples": np.array([blank_example((16, 16, 1))], dtype=object)},
+        "predict_image_bytes": {"image_bytes": np.array([blank_png((16, 16, 1))], dtype=object)},
         "predict_images": {"images": np.zeros((1, 16, 16, 1), np.uint8)},
     })
 """
@@ -38,10 +39,15 @@ def _predict_log(model_name: str, signature: str, inputs: dict[str, np.ndarray])
     )
 
 
+def blank_png(image_shape: tuple[int, int, int]) -> bytes:
+    """A black PNG of `image_shape` [h, w, c]: what `predict_image_bytes` warms up with."""
+    return tf.io.encode_png(np.zeros(image_shape, dtype=np.uint8)).numpy()
+
+
 def blank_example(image_shape: tuple[int, int, int]) -> bytes:
     """A serialized tf.Example whose `image` is a black PNG of `image_shape` [h, w, c] (a
     volume's D slices are stacked vertically: [D*H, W, C], as the ingest stores them)."""
-    png = tf.io.encode_png(np.zeros(image_shape, dtype=np.uint8)).numpy()
+    png = blank_png(image_shape)
     return tf.train.Example(features=tf.train.Features(feature={
         IMAGE_KEY: tf.train.Feature(bytes_list=tf.train.BytesList(value=[png])),
     })).SerializeToString()

@@ -18,8 +18,13 @@ running Jobs are watched again, failed ones get a new attempt.
 
 One concept per module:
 - `ir`: the plan (which nodes, in which order, on which pool) and the IR the pods read.
-- `manifests`: every object as a plain dict (what `mptfx k8s compile` writes as YAML and
-  `kubernetes-validate` checks), passed to the client as the request body.
+- `objects`: what every object shares, defined once: the image's uid, the pod and container
+  securityContext, the standard labels and metadata, the MLflow environment, YAML files.
+- `manifests`: every object of a run as a plain dict (what `mptfx k8s compile` writes as
+  YAML and `kubernetes-validate` checks), passed to the client as the request body;
+  `infra_sidecar` adds TF Serving to the InfraValidator's pod.
+- `serving`, `rollout_job`, `route`: the objects around TF Serving that `mptfx serve`
+  renders (the canary HTTPRoute, monitoring, the rollout CronJob) and the route's patch.
 - `api`: the edge that turns API and transport failures into one actionable line.
 - `driver`: the loop that creates, watches, retries and adopts Jobs.
 - `status`: what a run's Jobs say about it (states, durations, logs).

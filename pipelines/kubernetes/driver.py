@@ -37,12 +37,15 @@ class KubernetesRunner:
         out: where the per-node progress lines go.
         log_dir: every pod's log is streamed into `<log_dir>/<node>.log`.
         follow_logs: also echo pod logs to `out`, prefixed with the node id.
+        trainer_env: variables added to the Trainer's pods (the MLflow run for its system
+            metrics, pipelines/k8s_tracking.py `open_run_for_pods`).
     """
 
     def __init__(self, config: Config, batch_api: Any, core_api: Any, custom_api: Any = None,
                  out: TextIO = sys.stdout, log_dir: Path | None = None,
                  follow_logs: bool = False, sleep: Callable[[float], None] = time.sleep,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 trainer_env: dict[str, str] | None = None) -> None:
         self._config = config
         self._k8s = config.kubernetes
         self._batch = batch_api
@@ -54,6 +57,7 @@ class KubernetesRunner:
         self._sleep = sleep
         self._clock = clock
         self._log_lines: dict[str, int] = {}
+        self._trainer_env = dict(trainer_env or {})
 
     @property
     def _namespace(self) -> str:
@@ -99,7 +103,8 @@ class KubernetesRunner:
     def _create(self, run_id: str, node: NodePlan, plan: list[NodePlan], ir_location: str,
                 status: NodeStatus) -> None:
         status.attempt += 1
-        objects = node_objects(self._config, run_id, node, plan, ir_location, status.attempt)
+        objects = node_objects(self._config, run_id, node, plan, ir_location, status.attempt,
+                               self._trainer_env)
         for body in objects:
             self.create_object(body)
         main = objects[-1]

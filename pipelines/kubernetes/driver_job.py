@@ -43,6 +43,8 @@ def driver_arguments(args: argparse.Namespace) -> list[str]:
         forwarded += [flag, value]
     if args.follow_logs:
         forwarded.append("--follow-logs")
+    if getattr(args, "verbose", False):  # the libraries' output in the driver pod's log too
+        forwarded.append("--verbose")
     return forwarded
 
 

@@ -5,11 +5,12 @@ real TF Serving image beside the mptfx container: an init container with
 `restartPolicy: Always` (a native sidecar, Kubernetes 1.29+), started before the node and
 stopped once it ends, so the Job completes with the node. It has the flags and resources of
 the serving Deployment (k8s/base/serving.yaml, `mptfx-serving-cpu`; the same ConfigMap for
-batching and monitoring), but it serves one model from an emptyDir instead of
-models.config: the node copies the candidate in (components/infra/tf_serving.py) and queries
-it over REST on 127.0.0.1. Node pods have no Kubernetes API access, so the check cannot
-start a Pod of its own (what TFX's InfraValidator does); a sidecar needs none, and a Job of
-its own would need the driver to know the candidate's path before the node runs.
+batching and monitoring, the same securityContext: every container's, from `objects`), but it
+serves one model from an emptyDir instead of models.config: the node copies the candidate in
+(components/infra/tf_serving.py) and queries it over REST on 127.0.0.1. Node pods have no
+Kubernetes API access, so the check cannot start a Pod of its own (what TFX's InfraValidator
+does); a sidecar needs none, and a Job of its own would need the driver to know the
+candidate's path before the node runs.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from components.infra.tf_serving import SIDECAR_MODEL_DIR_ENV, SIDECAR_URL_ENV
+from pipelines.kubernetes.objects import container_security_context
 
 INFRA_NODE = "InfraValidator"
 SIDECAR_NAME = "tf-serving"
@@ -39,18 +41,6 @@ SERVING_FLAGS = [
 CANDIDATE_FLAGS = [f"--model_base_path={CANDIDATE_MOUNT}", "--file_system_poll_wait_seconds=1"]
 
 
-def _serving_security_context() -> dict[str, Any]:
-    # The serving Deployment's container securityContext.
-    return {
-        "allowPrivilegeEscalation": False,
-        "readOnlyRootFilesystem": True,
-        "runAsNonRoot": True,
-        "runAsUser": 10001,
-        "capabilities": {"drop": ["ALL"]},
-        "seccompProfile": {"type": "RuntimeDefault"},
-    }
-
-
 def tf_serving_sidecar(config: Any) -> dict[str, Any]:
     """The TF Serving container the InfraValidator's pod runs beside the node."""
     infra = config.infra
@@ -71,7 +61,7 @@ def tf_serving_sidecar(config: Any) -> dict[str, Any]:
         "livenessProbe": {"tcpSocket": {"port": "grpc"}, "initialDelaySeconds": 30,
                           "periodSeconds": 20},
         "resources": {"requests": dict(infra.requests), "limits": dict(infra.limits)},
-        "securityContext": _serving_security_context(),
+        "securityContext": container_security_context(),
         "volumeMounts": [
             {"name": CANDIDATE_VOLUME, "mountPath": CANDIDATE_MOUNT, "readOnly": True},
             {"name": "tf-serving-config", "mountPath": SERVING_CONFIG_DIR, "readOnly": True},

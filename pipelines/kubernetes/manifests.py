@@ -1,10 +1,12 @@
 """Every Kubernetes object a run creates, built as a plain dict: what `mptfx k8s compile`
-writes as YAML, what `kubernetes-validate` checks, and the request body the client sends."""
+writes as YAML, what `kubernetes-validate` checks, and the request body the client sends.
+Security contexts, standard labels and the MLflow environment come from `objects`."""
 
 from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from components.core.config import Config
@@ -12,6 +14,14 @@ from components.errors import EXIT_USAGE
 from components.pod_env import PASSWORD_ENV
 from pipelines.kubernetes.infra_sidecar import INFRA_NODE, add_tf_serving_sidecar
 from pipelines.kubernetes.ir import NodePlan
+from pipelines.kubernetes.objects import (
+    app_labels,
+    container_security_context,
+    image_env,
+    metadata,
+    mlflow_env,
+    pod_security_context,
+)
 
 LABEL_RUN = "mptfx.dev/run-id"
 LABEL_NODE = "mptfx.dev/node"
@@ -19,11 +29,9 @@ LABEL_ATTEMPT = "mptfx.dev/attempt"
 ANNOTATION_NODE_ID = "mptfx.dev/node-id"
 ANNOTATION_UPSTREAM = "mptfx.dev/upstream"
 ANNOTATION_PLAN = "mptfx.dev/run-nodes"
-APP_LABELS = {"app.kubernetes.io/name": "mptfx", "app.kubernetes.io/part-of": "mptfx"}
 CONTAINER_NAME = "node"
 TFJOB_CONTAINER_NAME = "tensorflow"  # the Training Operator looks for this container name
 TFJOB_GROUP, TFJOB_VERSION, TFJOB_PLURAL = "kubeflow.org", "v1", "tfjobs"
-IMAGE_UID = 10001  # the non-root user of the Dockerfile
 
 
 def _slug(text: str) -> str:
@@ -40,26 +48,8 @@ def job_name(run_id: str, node_id: str, attempt: int = 1) -> str:
 
 
 def _labels(run_id: str, node_id: str, attempt: int, component: str) -> dict[str, str]:
-    return {**APP_LABELS, "app.kubernetes.io/component": component,
-            LABEL_RUN: run_id, LABEL_NODE: node_id, LABEL_ATTEMPT: str(attempt)}
-
-
-def _security_context() -> dict[str, Any]:
-    return {
-        "allowPrivilegeEscalation": False,
-        "readOnlyRootFilesystem": True,
-        "runAsNonRoot": True,
-        "runAsUser": IMAGE_UID,
-        "runAsGroup": IMAGE_UID,
-        "capabilities": {"drop": ["ALL"]},
-        "seccompProfile": {"type": "RuntimeDefault"},
-    }
-
-
-def _pod_security_context() -> dict[str, Any]:
-    # fsGroup: the pod may write to the workspace volume.
-    return {"runAsNonRoot": True, "runAsUser": IMAGE_UID, "runAsGroup": IMAGE_UID,
-            "fsGroup": IMAGE_UID, "seccompProfile": {"type": "RuntimeDefault"}}
+    return {**app_labels(component), LABEL_RUN: run_id, LABEL_NODE: node_id,
+            LABEL_ATTEMPT: str(attempt)}
 
 
 def _resources(pool: Any) -> dict[str, Any]:
@@ -94,20 +84,13 @@ def _volumes(config: Config, gpus: int) -> tuple[list[dict], list[dict]]:
 
 
 def pod_env(config: Config) -> list[dict[str, Any]]:
-    """The environment of every mptfx pod: ML Metadata password and MLflow login from
-    Secrets, the cluster's MLflow server; nothing secret is ever a plain value."""
+    """The environment of every pipeline pod: the ML Metadata password and the MLflow login
+    from Secrets, the cluster's MLflow server; nothing secret is ever a plain value."""
     k8s = config.kubernetes
-    env = [
-        {"name": "HOME", "value": "/tmp"},  # Keras and Beam write caches below $HOME
-        {"name": "PYTHONUNBUFFERED", "value": "1"},
-        {"name": PASSWORD_ENV, "valueFrom": {"secretKeyRef": {
-            "name": k8s.metadata.password_secret, "key": k8s.metadata.password_key}}},
-        {"name": "MLFLOW_TRACKING_URI", "value": k8s.tracking_uri},
-    ]
-    if k8s.tracking_secret:
-        env += [{"name": f"MLFLOW_TRACKING_{key.upper()}", "valueFrom": {"secretKeyRef": {
-            "name": k8s.tracking_secret, "key": key}}} for key in ("username", "password")]
-    return env
+    return [*image_env(),
+            {"name": PASSWORD_ENV, "valueFrom": {"secretKeyRef": {
+                "name": k8s.metadata.password_secret, "key": k8s.metadata.password_key}}},
+            *mlflow_env(k8s)]
 
 
 def _pod_spec(config: Config, pool_name: str, container: dict[str, Any],
@@ -120,7 +103,7 @@ def _pod_spec(config: Config, pool_name: str, container: dict[str, Any],
         "imagePullPolicy": k8s.image_pull_policy,
         "env": pod_env(config),
         "resources": _resources(pool),
-        "securityContext": _security_context(),
+        "securityContext": container_security_context(),
         "volumeMounts": mounts,
         **container,
     }
@@ -128,7 +111,7 @@ def _pod_spec(config: Config, pool_name: str, container: dict[str, Any],
         "serviceAccountName": k8s.service_account,
         "automountServiceAccountToken": False,
         "restartPolicy": restart_policy,
-        "securityContext": _pod_security_context(),
+        "securityContext": pod_security_context(),
         "containers": [container],
         "volumes": volumes,
     }
@@ -173,17 +156,12 @@ def _job(config: Config, run_id: str, node: NodePlan, plan: list[NodePlan], atte
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": {
-            "name": name,
-            "namespace": k8s.namespace,
-            "labels": labels,
-            "annotations": {
-                ANNOTATION_NODE_ID: node.node_id,
-                ANNOTATION_UPSTREAM: ",".join(node.upstream),
-                ANNOTATION_PLAN: ",".join(n.node_id for n in plan),
-                "mptfx.dev/pool": node.pool,
-            },
-        },
+        "metadata": metadata(name, k8s.namespace, labels, annotations={
+            ANNOTATION_NODE_ID: node.node_id,
+            ANNOTATION_UPSTREAM: ",".join(node.upstream),
+            ANNOTATION_PLAN: ",".join(n.node_id for n in plan),
+            "mptfx.dev/pool": node.pool,
+        }),
         "spec": {
             "backoffLimit": k8s.backoff_limit,
             "podFailurePolicy": pod_failure_policy(CONTAINER_NAME),  # needs restartPolicy Never
@@ -196,9 +174,28 @@ def _job(config: Config, run_id: str, node: NodePlan, plan: list[NodePlan], atte
 
 
 def node_objects(config: Config, run_id: str, node: NodePlan, plan: list[NodePlan],
-                 ir_location: str, attempt: int = 1) -> list[dict[str, Any]]:
+                 ir_location: str, attempt: int = 1,
+                 trainer_env: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
     """What the runner creates for one node: a Job; for a multi-worker Trainer an Indexed Job
-    and its headless Service, or a Kubeflow TFJob."""
+    and its headless Service, or a Kubeflow TFJob. `trainer_env`: plain variables added to
+    the Trainer's pods only (the MLflow run its system metrics go to: MLFLOW_RUN_ID)."""
+    objects = _node_objects(config, run_id, node, plan, ir_location, attempt)
+    if node.is_trainer and trainer_env:
+        for body in objects:
+            for replica in _pod_templates(body):
+                for container in replica["spec"]["containers"]:
+                    container["env"] += [{"name": k, "value": v} for k, v in trainer_env.items()]
+    return objects
+
+
+def _pod_templates(body: dict[str, Any]) -> list[dict[str, Any]]:
+    if body["kind"] == "TFJob":
+        return [spec["template"] for spec in body["spec"]["tfReplicaSpecs"].values()]
+    return [body["spec"]["template"]] if body["kind"] == "Job" else []
+
+
+def _node_objects(config: Config, run_id: str, node: NodePlan, plan: list[NodePlan],
+                  ir_location: str, attempt: int) -> list[dict[str, Any]]:
     trainer = config.kubernetes.trainer
     command = _node_command(ir_location, node.node_id)
     if not node.is_trainer or trainer.workers == 1:
@@ -227,7 +224,7 @@ def worker_service(config: Config, run_id: str, node: NodePlan, attempt: int) ->
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": {"name": name, "namespace": config.kubernetes.namespace, "labels": labels},
+        "metadata": metadata(name, config.kubernetes.namespace, labels),
         "spec": {
             "clusterIP": "None",
             # Workers must resolve each other before they are ready: they are never "ready".
@@ -280,9 +277,8 @@ def config_map(config: Config, run_id: str, config_yaml: str) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
-        "metadata": {"name": f"mptfx-{_slug(run_id)}-config",
-                     "namespace": config.kubernetes.namespace,
-                     "labels": _labels(run_id, "driver", 1, "driver")},
+        "metadata": metadata(f"mptfx-{_slug(run_id)}-config", config.kubernetes.namespace,
+                             _labels(run_id, "driver", 1, "driver")),
         "data": {"config.yaml": config_yaml},
     }
 
@@ -319,7 +315,7 @@ def driver_job(config: Config, run_id: str, forwarded: list[str] = (), resume: b
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": {"name": name, "namespace": k8s.namespace, "labels": labels},
+        "metadata": metadata(name, k8s.namespace, labels),
         "spec": {
             "backoffLimit": 0,  # a driver that died is resumed by hand: mptfx k8s submit --resume
             "podFailurePolicy": pod_failure_policy("driver"),

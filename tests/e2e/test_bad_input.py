@@ -175,3 +175,44 @@ def test_a_teacher_of_other_classes_stops_before_the_ingest(mptfx, tmp_path):
                            "classes than the data")
     assert "the teacher's [cat, dog], the data's [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]" in line
     assert not list(workspace.rglob("Ingest"))
+def _on_a_small_disk(mount: Path, size: str, *args: str):
+    """`mptfx ARGS` with a real filesystem of `size` (tmpfs) mounted at `mount`, in a mount
+    namespace of its own (util-linux's unshare; as a user, inside a user namespace): the
+    mount is seen by that process only and goes when it exits."""
+    import os
+    import subprocess
+    import sys
+
+    mount.mkdir()
+    namespace = ["unshare", "--mount"] if os.geteuid() == 0 else [
+        "unshare", "--user", "--map-root-user", "--mount"]
+    probe = subprocess.run([*namespace, "mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs",
+                            str(mount)], capture_output=True, text=True, timeout=60)
+    if probe.returncode != 0:
+        reason = f"cannot mount a small filesystem here: {probe.stderr.strip()}"
+        if os.environ.get("CI") == "true":
+            pytest.fail(reason)
+        pytest.skip(reason)
+    script = 'mount -t tmpfs -o "size=$1" tmpfs "$2" && shift 2 && exec "$@"'
+    return subprocess.run([*namespace, "sh", "-c", script, "sh", size, str(mount),
+                           sys.executable, "-m", "pipelines.cli", *args],
+                          cwd=Path(__file__).resolve().parents[2], capture_output=True,
+                          text=True, timeout=600)
+
+
+def test_a_full_workspace_disk_names_the_component_the_path_and_the_space_left(tmp_path):
+    """A workspace on a 256 KiB filesystem: ML Metadata and the Ingest's examples do not fit
+    (MLflow's store is elsewhere, so what fills the disk is the pipeline's own output)."""
+    data = export_digits(tmp_path / "digits")
+    images = sorted(data.glob("*/*.png"))
+    disk = tmp_path / "disk"
+    result = _on_a_small_disk(disk, "256k", "run", "--workspace", str(disk / "ws"),
+                              "--data", str(data),
+                              "--set", f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}")
+    assert result.returncode == EXIT_USAGE, result.stderr[-2000:]
+    line = _error_line(result.stderr)
+    assert line.startswith("mptfx: error: no space left on device: Ingest could not write "
+                           f"{disk}/ws/tfx/digits/Ingest ("), line
+    assert f"free of 256 KiB on {disk} now" in line
+    assert f"full log: {disk}/ws/runs/" in line
+    assert sorted(data.glob("*/*.png")) == images  # the data is untouched

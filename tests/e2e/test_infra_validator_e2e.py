@@ -18,8 +18,11 @@ pytestmark = pytest.mark.e2e
 
 REPO = Path(__file__).resolve().parents[2]
 FAILS_IN_SERVING = REPO / "tests" / "data" / "user_models" / "fails_on_blank_images.py"
+# 15 steps: a constant rate without label smoothing (the recipe's cosine decay and smoothing
+# are for a whole training budget) reliably clears the 0.3 bar.
 TINY = ["data.builtin_per_class=20", "trainer.epochs=3", "evaluator.min_accuracy=0.3",
-        "tflite.variants=[fp32]", "model.input_size=[8,8]", "tracking.register_model=false"]
+        "tflite.variants=[fp32]", "model.input_size=[8,8]", "tracking.register_model=false",
+        "trainer.lr_schedule=constant", "trainer.label_smoothing=0"]
 
 
 def _sets(*settings: str) -> list[str]:

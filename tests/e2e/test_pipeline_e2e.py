@@ -1,16 +1,18 @@
 """End to end: the real `mptfx run` on the digits, as a user runs it, shared by every test here.
 
-One pipeline run (about 1.5 minutes) with the default config on the full digits set exported
-as image folders, plus a corrupt PNG and a text file among the images, in a folder named
-`flowers` as a user's own data would be: the pipeline and the model are named after it. It is
-started as a shell starts a command (a session and process group of its own), and what it left
-running once it exited is recorded.
+One pipeline run (about 1.5 minutes) with the default config (configs/local.yaml, named as
+`make run` finds it in the checkout) on the full digits set exported as image folders, plus
+a corrupt PNG and a text file among the images, in a folder named `flowers` as a user's own
+data would be: the pipeline and the model are named after it. It is started as a shell
+starts a command (a session and process group of its own), and what it left running once it
+exited is recorded.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import subprocess
 import sys
@@ -22,7 +24,7 @@ import pytest
 
 from components.run_summary import RunSummary
 from pipelines.datasets import export_digits
-from tests.conftest import RUN_DIR, CliResult
+from tests.conftest import REPO, RUN_DIR, CliResult
 
 pytestmark = pytest.mark.e2e
 FORCED_PRECISION = os.environ.get("MPTFX_TEST_PRECISION", "")
@@ -96,7 +98,10 @@ def digits_run(user_data, tmp_path_factory):
     # MPTFX_TEST_PRECISION=mixed_bfloat16: the bfloat16 path, as `auto` takes it on a CPU with
     # bfloat16 instructions, on any machine.
     forced = ["--set", f"trainer.precision={FORCED_PRECISION}"] if FORCED_PRECISION else []
-    result, left = _mptfx_from_a_shell("run", "--workspace", str(workspace), "--data",
+    # configs/local.yaml given as `make run` reads it from the checkout: a config naming the
+    # model imports TensorFlow while it is checked, before any component runs.
+    result, left = _mptfx_from_a_shell("run", "--config", str(REPO / "configs" / "local.yaml"),
+                                       "--workspace", str(workspace), "--data",
                                        str(user_data), "--json", *forced)
     assert result.returncode == 0, result.stderr[-3000:]
     return workspace, result, left
@@ -159,6 +164,31 @@ def test_run_completes_and_prints_progress_and_summary(digits_run, user_data):
     assert trainer.images_per_sec > 0 and trainer.strategy
 
 
+# Every line `mptfx run` writes on the terminal: its first line, a component starting and
+# ending, MLflow's record, the summary table (a header, a row per component) and its facts.
+_OWN_LINE = re.compile(
+    r"mptfx run \S+: .+ components, workspace .+, log .+/pipeline\.log"
+    r"|  [>] \w+ \.\.\."
+    r"|  < \w+ done in \d+\.\d s"
+    r"|  mlflow: run [0-9a-f]{32} in experiment .+"
+    r"|  component +status +seconds"
+    r"|  \w+ +(completed|cached|failed|skipped) +[\d.-]+"
+    r"|  (run|data|model|trainer|eval|infra|pushed|tflite( \w+)?|error|summary): +\S.*"
+    r"|")
+_TF_LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: [IWE] ", re.MULTILINE)
+
+
+def test_the_terminal_shows_only_mptfxs_own_lines(digits_run):
+    """No TensorFlow start-up line (oneDNN, CUDA stubs, cuFFT/cuDNN/cuBLAS factories, CPU
+    features, TF-TRT), no Python warning: those open the run's pipeline.log instead."""
+    workspace, result, _ = digits_run
+    foreign = [line for line in result.stderr.splitlines() if not _OWN_LINE.fullmatch(line)]
+    assert foreign == [], "lines mptfx did not write:\n" + "\n".join(foreign[:20])
+    assert result.summary.status == "completed"  # stdout: summary.json and nothing else
+    before_ingest = Path(result.summary.log_path).read_text().split("Ingest started", 1)[0]
+    assert _TF_LOG_LINE.search(before_ingest), "the start-up lines are held for the log"
+
+
 def test_the_run_leaves_no_process_running_once_it_has_exited(digits_run):
     # Nothing of its session or process group, nor anything it started that left them.
     left = digits_run[2]
@@ -215,9 +245,11 @@ def test_the_infra_validator_loads_and_queries_the_candidate_before_the_push(dig
     infra = summary.infra
     assert infra.blessed is True and infra.checked is True and infra.reason is None
     assert infra.server == "model process" and infra.memory_limit == "4Gi"
-    assert infra.signatures == ["predict_images", "predict_normalized", "serving_default"]
-    # 2 warm-up records, 16 eval examples, zeros for predict_normalized
-    assert infra.requests == 19
+    assert infra.signatures == ["predict_image_bytes", "predict_images", "predict_normalized",
+                                "serving_default"]
+    # 3 warm-up records, 16 eval examples and their 16 image files, zeros for
+    # predict_normalized
+    assert infra.requests == 36
     assert 0 < infra.load_seconds <= 60 and 0 < infra.p50_ms <= infra.p99_ms <= 250
     assert 0 < infra.peak_rss_mb < 4096
     [line] = [line for line in digits_run[1].stderr.splitlines() if "infra:" in line]
@@ -293,7 +325,9 @@ def test_pushed_model_carries_warmup_requests_that_run(digits_run):
     model = tf.saved_model.load(str(path))
     records = [prediction_log_pb2.PredictionLog.FromString(record.numpy())
                for record in tf.data.TFRecordDataset(str(warmup))]
-    assert len(records) == 2
+    # serving_default, predict_images and predict_image_bytes: one record each.
+    assert sorted(r.predict_log.request.model_spec.signature_name for r in records) == [
+        "predict_image_bytes", "predict_images", "serving_default"]
     for record in records:
         request = record.predict_log.request
         inputs = {k: tf.constant(tf.make_ndarray(v)) for k, v in request.inputs.items()}

@@ -125,8 +125,8 @@ def test_check_replays_warmup_requests_and_reports_agreement_and_latency(
     report = json.loads(result.stdout)
     assert report["url"] == f"{url}/v1/models/digits/labels/canary:predict"
     assert report["version"] == 2 and report["agreement"] == 1.0
-    assert {r["signature_name"] for r in report["requests"]} == {"serving_default",
-                                                                 "predict_images"}
+    assert {r["signature_name"] for r in report["requests"]} == {
+        "serving_default", "predict_image_bytes", "predict_images"}
     assert all(r["latency_ms"] > 0 for r in report["requests"])
     assert [s["version"] for s in report["model_status"]] == ["1", "2"]
     # A server answering the canary label from the wrong version is caught.

@@ -422,3 +422,62 @@ def test_mptfx_ui_serves_the_workspace_store(default_run, ui):
     with urllib.request.urlopen(url, timeout=10) as response:
         run = json.load(response)["run"]
     assert run["info"]["run_name"] == default_run["run_id"]
+
+
+@pytest.fixture(scope="session")
+def workspace_client(default_run, workspace):
+    from mlflow import MlflowClient
+
+    return MlflowClient(tracking_uri=default_run["mlflow"]["tracking_uri"])
+
+
+def test_the_default_runs_report_opens_with_its_curves_and_confusion_matrix(
+        default_run, workspace, workspace_client, tmp_path):
+    """runs/<id>/report.html in headless Chromium: every image loads, no console error; the
+    same PNGs are artifacts of the run's MLflow run."""
+    from components.tracking.report import inlined_figures
+    from tests.chromium import Chromium
+
+    report = Path(default_run["report_path"])
+    assert report == workspace / "runs" / default_run["run_id"] / "report.html"
+    with Chromium(tmp_path) as browser:
+        page = browser.load(report)
+    assert page.errors == []
+    shown = {image["file"] for image in page.images}
+    assert {"training_curves.png", "confusion_matrix.png", "per_class_recall.png",
+            "input_bound.png", "tflite.png", "infra_latency.png", "system_metrics.png"} <= shown
+    assert all(image["complete"] and image["width"] > 0 for image in page.images), page.images
+    run_id = default_run["mlflow"]["run_id"]
+    logged = Path(workspace_client.download_artifacts(run_id, "report", str(tmp_path / "a")))
+    figures = inlined_figures(report.read_text())
+    assert sorted(figures) == sorted(shown)
+    for name, png in figures.items():
+        assert (logged / name).read_bytes() == png, name
+    assert (logged / "report.html").read_text() == report.read_text()
+
+
+def test_the_default_runs_mlflow_record_holds_system_metrics_over_time(
+        default_run, workspace_client):
+    """MLflow's own SystemMetricsMonitor logged into the run while the Trainer trained; no
+    GPU here: no GPU series, and one line in the run's log says why."""
+    run = workspace_client.get_run(default_run["mlflow"]["run_id"])
+    for name in ("system/cpu_utilization_percentage", "system/system_memory_usage_megabytes"):
+        history = workspace_client.get_metric_history(run.info.run_id, name)
+        stamps = [metric.timestamp for metric in history]
+        assert len(stamps) >= 2 and stamps == sorted(stamps) and len(set(stamps)) == len(stamps)
+        assert run.info.start_time <= stamps[0] <= stamps[-1] <= run.info.end_time
+    assert not [key for key in run.data.metrics if key.startswith("system/gpu")]
+    log = Path(default_run["log_path"]).read_text()
+    assert log.count("system metrics: no GPU metrics: NVML found no NVIDIA GPU") == 1
+
+
+def test_a_server_run_gets_the_system_metrics_of_its_trainer(sweep, client):
+    """Over HTTP to `mlflow server`: the sweep's second point trained (its first reused the
+    default run's Trainer from TFX's cache, and has none)."""
+    fp32, mixed = sweep[1]
+    assert fp32["components"]["Trainer"]["status"] == "cached"
+    assert not client.get_metric_history(fp32["mlflow"]["run_id"],
+                                         "system/cpu_utilization_percentage")
+    history = client.get_metric_history(mixed["mlflow"]["run_id"],
+                                        "system/system_memory_usage_megabytes")
+    assert len(history) >= 2

@@ -45,7 +45,8 @@ def float16_run(mptfx, tmp_path_factory):
     workspace = tmp_path_factory.mktemp("fp16")
     return workspace, _run(mptfx, workspace, f"model.module_file={EXAMPLE}",
                            "trainer.precision=mixed_float16", "trainer.epochs=6",
-                           "tracking.register_model=false")
+                           "tracking.register_model=false", "trainer.lr_schedule=constant",
+                           "trainer.label_smoothing=0")
 
 
 def _assert_blessed_exported_and_converted(summary: RunSummary, policy: str) -> None:

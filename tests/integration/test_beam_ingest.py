@@ -16,6 +16,7 @@ from PIL import Image
 
 from components.examples_format import LABELS_FILE
 from components.ingest.ingest import ingest
+from components.ingest.selection import select_folder, stage_listing
 from pipelines.config import load_config
 
 TWO_WORKERS = [
@@ -62,12 +63,13 @@ def _examples(examples_dir: Path) -> dict[str, list[bytes]]:
     return splits
 
 
-def _run(data: Path, out: Path, engine: str, max_bad_fraction: float = 0.1, **options):
+def _run(data: Path, out: Path, engine: str, max_bad_fraction: float = 0.1,
+         span_dirs: tuple[str, ...] = (), **options):
     report = out / "quarantine" / "quarantine.json"
     pipeline = beam.Pipeline(argv=TWO_WORKERS) if engine == "beam" else None
-    result = ingest(str(data), str(out / "examples"), str(report), splits=SPLITS,
-                    max_bad_fraction=max_bad_fraction, engine=engine, beam_pipeline=pipeline,
-                    **options)
+    result = ingest(select_folder(data, span_dirs), str(out / "examples"), str(report),
+                    splits=SPLITS, max_bad_fraction=max_bad_fraction, engine=engine,
+                    beam_pipeline=pipeline, **options)
     return result, json.loads(report.read_text()), out / "examples"
 
 
@@ -102,7 +104,7 @@ def test_two_beam_workers_ingest_a_window_of_span_folders_as_local_does(tmp_path
     root = tmp_path / "drops"
     _folder(root / "span-1", classes=("circle", "square"), per_class=8)
     _folder(root / "span-2", classes=("circle", "square"), per_class=8)
-    spans = {"span_dirs": ["span-1", "span-2"], "channels": "1", "max_bad_fraction": 0.2}
+    spans = {"span_dirs": ("span-1", "span-2"), "channels": "1", "max_bad_fraction": 0.2}
     local, local_report, local_dir = _run(root, tmp_path / "local", "local", **spans)
     beam_result, beam_report, beam_dir = _run(root, tmp_path / "beam", "beam", **spans)
     assert _examples(beam_dir) == _examples(local_dir)
@@ -118,8 +120,8 @@ def test_the_beam_ingest_engine_gets_a_worker_per_core_only_when_beam_runs_in_pr
     # data.ingest_engine reaches the Ingest; in process (no pipeline.beam_pipeline_args)
     # its Beam options come after the pipeline's in-memory ones, so they win.
     from components.ingest.beam_ingest import LOCAL_INGEST_BEAM_ARGS
+    from components.ingest.selection import DataSelection
     from pipelines.pipeline import create_pipeline
-    from pipelines.spans import DataSelection
     from pipelines.workspace import Workspace
 
     data = tmp_path / "data"
@@ -150,8 +152,9 @@ def test_the_ingest_component_runs_on_the_beam_pipeline_tfx_gives_it(tmp_path):
     from components.ingest.component import ImageExampleGen
 
     data = _folder(tmp_path / "shapes", classes=("circle", "square"), per_class=10)
-    node = ImageExampleGen(data_root=str(data), ingest_engine="beam", max_bad_fraction=0.2,
-                           splits='{"train": 0.75, "eval": 0.25}', span=2,
+    selection = replace(stage_listing(select_folder(data), tmp_path / "root"), span=2)
+    node = ImageExampleGen(data_selection=selection.parameter(), ingest_engine="beam",
+                           max_bad_fraction=0.2, splits='{"train": 0.75, "eval": 0.25}',
                            ).with_beam_pipeline_args(TWO_WORKERS)
     metadata = tfx.orchestration.metadata.sqlite_metadata_connection_config(
         str(tmp_path / "metadata.sqlite"))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +15,7 @@ import tensorflow as tf
 from PIL import Image
 
 from components.examples_format import COMPRESSION, LABEL_KEY
-from components.ingest.listing import compute_input_fingerprint
+from components.ingest.selection import select_folder, stage_listing
 from components.trainer import data as data_lib
 from components.trainer import module
 from tests.trainer_testdata import (
@@ -70,12 +71,8 @@ def test_statistics_gen_and_schema_gen_read_the_output(tmp_path):
     metadata_config = tfx.orchestration.metadata.sqlite_metadata_connection_config(
         str(tmp_path / "metadata.sqlite")
     )
-    ingest_node = ImageExampleGen(
-        data_root=str(root),
-        input_fingerprint=compute_input_fingerprint(root),
-        span=3,
-        image_size="[8, 8]",
-    )
+    selection = stage_listing(replace(select_folder(root), span=3), tmp_path / "root")
+    ingest_node = ImageExampleGen(data_selection=selection.parameter(), image_size="[8, 8]")
     statistics = tfx.components.StatisticsGen(examples=ingest_node.outputs["examples"])
     schema = tfx.components.SchemaGen(statistics=statistics.outputs["statistics"])
     tfx.orchestration.LocalDagRunner().run(

@@ -298,7 +298,7 @@ def _submit_parser():
 # What `--driver-job` does with each `submit` option; a new option must be added here.
 _DRIVER_JOB_HANDLING = {
     "--data": "forwarded", "--log-dir": "forwarded", "--follow-logs": "forwarded",
-    "--resume": "forwarded", "--run-id": "forwarded",
+    "--resume": "forwarded", "--run-id": "forwarded", "--verbose": "forwarded",
     "--config": "ConfigMap", "--set": "ConfigMap",
     "--context": "used here", "--in-cluster": "used here", "--driver-job": "used here",
     "--help": "used here",
@@ -312,7 +312,7 @@ def test_driver_job_forwards_every_submit_flag_to_the_in_cluster_driver(monkeypa
     cluster = _fake_cluster(monkeypatch)
     code = cli.main(["k8s", "submit", "--driver-job", "--run-id", "r6", "--data",
                      "/mnt/mptfx/data/drop-3", "--log-dir", "/mnt/mptfx/logs/r6",
-                     "--follow-logs", "--set", "trainer.epochs=2"])
+                     "--follow-logs", "--set", "trainer.epochs=2", "--verbose"])
     assert code == 0
     [config_map] = cluster.config_maps
     assert yaml.safe_load(config_map["data"]["config.yaml"])["trainer"]["epochs"] == 2
@@ -320,8 +320,9 @@ def test_driver_job_forwards_every_submit_flag_to_the_in_cluster_driver(monkeypa
         "containers"][0]["command"]
     assert command[0] == "mptfx"
     seen = cli.build_parser().parse_args(command[1:])  # what the driver pod will run
-    assert (seen.in_cluster, seen.run_id, seen.data, seen.log_dir, seen.follow_logs) == \
-        (True, "r6", "/mnt/mptfx/data/drop-3", "/mnt/mptfx/logs/r6", True)
+    assert (seen.in_cluster, seen.run_id, seen.data, seen.log_dir, seen.follow_logs,
+            seen.verbose) == (True, "r6", "/mnt/mptfx/data/drop-3", "/mnt/mptfx/logs/r6", True,
+                              True)
     assert seen.config == "/etc/mptfx/config.yaml" and not seen.driver_job
 
 
@@ -394,9 +395,9 @@ def test_cluster_retraining_refuses_local_only_flags(capsys):
 def test_pipeline_beam_args_reach_the_beam_components_of_a_local_run(tmp_path):
     from tfx.proto.orchestration import executable_spec_pb2, pipeline_pb2
 
+    from components.ingest.selection import DataSelection
     from pipelines.local_runner import compile_pipeline
     from pipelines.pipeline import LOCAL_BEAM_ARGS, create_pipeline
-    from pipelines.spans import DataSelection
     from pipelines.workspace import Workspace
 
     def beam_args(*overrides):

@@ -450,7 +450,8 @@ def test_generated_objects_validate_strictly(tmp_path):
     for overrides in ([], ["kubernetes.trainer.workers=3"]):
         config = _config(*overrides)
         for node in PLAN:
-            objects += node_objects(config, "r1", node, PLAN, "/mnt/mptfx/ir.json")
+            objects += node_objects(config, "r1", node, PLAN, "/mnt/mptfx/ir.json",
+                                    trainer_env=TRAINER_ENV)
     paths = []
     for index, body in enumerate(objects):
         paths.append(tmp_path / f"{index}.yaml")
@@ -458,6 +459,29 @@ def test_generated_objects_validate_strictly(tmp_path):
     result = validate(paths)
     assert result.returncode == 0, result.stdout + result.stderr
     assert [o["kind"] for o in objects].count("Service") == 1
+
+
+# What the driver hands the Trainer's pods (pipelines/k8s_tracking.py open_run_for_pods).
+TRAINER_ENV = {"MLFLOW_RUN_ID": "0123456789abcdef", "MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL": "2"}
+
+
+@pytest.mark.parametrize("overrides", [[], ["kubernetes.trainer.workers=2"],
+                                       ["kubernetes.trainer.workers=2",
+                                        "kubernetes.trainer.use_tfjob=true"]])
+def test_only_the_trainers_pods_get_the_mlflow_run_for_system_metrics(overrides):
+    config = _config(*overrides)
+    for node in PLAN:
+        for body in node_objects(config, "r1", node, PLAN, "/ir.json", trainer_env=TRAINER_ENV):
+            if body["kind"] == "Service":
+                continue
+            template = (body["spec"]["template"] if body["kind"] == "Job"
+                        else body["spec"]["tfReplicaSpecs"]["Worker"]["template"])
+            env = {e["name"]: e.get("value") for e in template["spec"]["containers"][0]["env"]}
+            wanted = TRAINER_ENV.items() <= env.items()
+            assert wanted == node.is_trainer, (node.node_id, env)
+            assert env["MLFLOW_TRACKING_URI"] == "http://mptfx-mlflow:5000"  # every pod
+            names = [e["name"] for e in template["spec"]["containers"][0]["env"]]
+            assert len(names) == len(set(names))
 
 
 def test_the_gpu_pool_gives_the_trainer_node_selector_toleration_and_gpus():

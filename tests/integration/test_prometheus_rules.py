@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from components.serving.manifests import render_prometheus_rule
 from pipelines.config import load_config
+from pipelines.kubernetes.serving import render_prometheus_rule
 from tests.prometheus_server import program
 
 REPO = Path(__file__).resolve().parents[2]

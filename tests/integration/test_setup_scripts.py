@@ -119,18 +119,21 @@ def open_tmp():
 
 
 @root_only
-def test_services_ask_apt_get_for_prometheus_and_promtool(open_tmp):
+@pytest.mark.parametrize("hidden,package", [(PROMETHEUS_PROGRAMS, "prometheus"),
+                                            (("chromium",), "chromium")])
+def test_services_ask_apt_get_for_prometheus_and_chromium(open_tmp, hidden, package):
     """PostgreSQL is there (the real server, started idempotently: its `psql` runs as the
-    postgres user, hence a folder others may enter); Prometheus is not."""
+    postgres user, hence a folder others may enter); Prometheus and promtool, or Chromium
+    (the run report test's browser), are not."""
     tmp_path = open_tmp
-    path, calls = _path_without(tmp_path, PROMETHEUS_PROGRAMS)
+    path, calls = _path_without(tmp_path, hidden)
     result = _run("start_services.sh", path, tmp_path)
     [install] = _installs(calls)
-    assert install.split()[-1] == "prometheus", install
+    assert install.split()[-1] == package, install
     assert result.returncode == 2, result.stdout + result.stderr
     [line] = result.stderr.strip().splitlines()
-    assert line.startswith("services: apt-get could not install prometheus"), line
-    assert line.endswith("as root run: apt-get update && apt-get install -y prometheus")
+    assert line.startswith(f"services: apt-get could not install {package}"), line
+    assert line.endswith(f"as root run: apt-get update && apt-get install -y {package}")
 
 
 @root_only

@@ -67,6 +67,11 @@ def _result(task: str, params: dict) -> dict | None:
                               "peak_rss_mb": 500.0},
         "data_scale_input": {"input_size": [224, 224], "batch_size": 64, "cores": 2,
                              "mptfx_images_per_sec": 900.0, "plain_images_per_sec": 1000.0},
+        "predict": {"status": "ok", "photo_bytes": 100, "photos": 10, "rows": 10, "errors": 0,
+                    "model": "seed_cnn", "input_size": [64, 64], "batch_size": 64,
+                    "cores": 2, "rounds": {"ours": [900.0], "plain": [1000.0]},
+                    "ours_images_per_sec": 900.0, "plain_images_per_sec": 1000.0,
+                    "ratio": 0.9, "agreement": 1.0, "disagreements": []},
         "trainer_overhead": {"model": "seed_cnn", "input_size": [16, 16], "batch_size": 32,
                              "precision": "float32", "xla": False, "epochs": 4, "rounds": 1,
                              "train_examples": 100, "plain_fit_images_per_sec": 2000.0,
@@ -87,6 +92,15 @@ def _result(task: str, params: dict) -> dict | None:
         "photo_quality_mptfx": PHOTO_RUN,
         "distillation_teacher": {**PHOTO_RUN, "pushed": True},
         "distillation_student": {**PHOTO_RUN, "trainer_seconds": 5.0},
+        "system_metrics": {"model": "seed_cnn", "input_size": [16, 16], "batch_size": 32,
+                           "precision": "float32", "xla": False, "rounds": 5, "steps": 100,
+                           "window_seconds": 8.0, "sampling_interval": 2.0, "samples": 4,
+                           "spread": 0.02,
+                           "rows": [{"mode": "input meter", "images_per_sec": 1000.0,
+                                     "window_rates": [1000.0], "ratio": 1.0,
+                                     "images_per_cpu_second": 500.0, "cpu_ratio": 1.0}],
+                           "system_metrics_ratio": 1.0, "system_metrics_cpu_ratio": 1.0,
+                           "input_meter_ratio": 1.0, "input_meter_cpu_ratio": 1.0},
     }[task]
 
 
@@ -157,7 +171,7 @@ def test_every_section_runs_and_sends_its_tasks_their_dataclass(bench, tmp_path)
     assert set(SECTIONS) <= set(results) and {"host", "data", "ingest"} <= set(results)
     assert 64 <= results["largest_batch"]["rows"][0]["largest"] <= 80  # probes fit to 80
     for heading in ("### Training throughput", "### auto check", "### Largest batch",
-                    "### Input pipeline", "### Data scale", "### Verdicts"):
+                    "### Input pipeline", "### Data scale", "### Predict", "### Verdicts"):
         assert heading in console  # the results.md it wrote, printed
     for instrument in ("MFU", "ceiling", "### Trainer overhead", "### Publication",
                        "### Pipeline", "stock TFX"):

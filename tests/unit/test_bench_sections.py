@@ -122,6 +122,19 @@ SAMPLES = {
         "delivered_images_per_sec": 1000.0, "delivered_cached_images_per_sec": 9000.0,
         "consumed_images_per_sec": 2000.0, "ratio": 0.5, "cached_ratio": 4.5}]}},
         "### Input pipeline", "Input pipeline at 16×16: decoding every epoch it delivers 0.50×"),
+    "system_metrics": ({"system_metrics": {
+        "status": "ok", "model": "seed_cnn", "input_size": [16, 16], "batch_size": 32,
+        "precision": "float32", "xla": False, "rounds": 5, "window_seconds": 8.0,
+        "sampling_interval": 2.0, "steps": 900, "samples": 20,
+        "spread": 0.03,
+        "rows": [{"mode": mode, "images_per_sec": rate, "window_rates": [rate], "ratio": ratio,
+                  "images_per_cpu_second": rate / 2, "cpu_ratio": ratio}
+                 for mode, rate, ratio in (("plain", 2020.0, 1.01), ("input meter", 2000.0, 1.0),
+                                           ("input meter + system metrics", 1990.0, 0.995))],
+        "system_metrics_ratio": 0.995, "system_metrics_cpu_ratio": 0.99,
+        "input_meter_ratio": 0.99, "input_meter_cpu_ratio": 0.98}},
+        "### System metrics and the input meter (seed_cnn 16×16",
+        "runs at 0.995× the speed without (target ≥ 0.97): PASS"),
     "data_scale": ({"data_scale": DATA_SCALE}, "### Data scale (1,000 synthetic 224×224",
                    "Trainer input ÷ plain tf.data input 0.90 (target ≥ 0.9): PASS"),
     "photo_quality": ({"photo_quality": {
@@ -147,6 +160,15 @@ SAMPLES = {
         "### Distillation (the digits: a resnet50 champion, seed_cnn alone vs distilled",
         "Distillation: distilled seed_cnn 0.9800 vs alone 0.9750 (mean eval accuracy over 3 "
         "seed(s)) (target: at least alone): PASS."),
+    "predict": ({"predict": {
+        "status": "ok", "photos": 2000, "photo_bytes": 2**25, "rows": 2000, "errors": 0,
+        "model": "seed_cnn", "input_size": [64, 64], "batch_size": 64, "cores": 2,
+        "rounds": {"ours": [900.0, 950.0, 1000.0], "plain": [800.0, 850.0, 900.0]},
+        "ours_images_per_sec": 950.0, "plain_images_per_sec": 850.0, "ratio": 950 / 850,
+        "agreement": 1.0, "disagreements": [], "load_average": [0.5, 1.5]}},
+        "### Predict (2,000 synthetic 224×224 JPEG photos, 32.0 MB; seed_cnn at 64×64",
+        "Predict: photos given `serving_default`'s class 2,000 of 2,000 (target every one): "
+        "PASS."),
     "overhead": ({"overhead": {
         "status": "ok", "model": "seed_cnn", "input_size": [16, 16], "batch_size": 32,
         "precision": "float32", "xla": False, "epochs": 4, "rounds": 1, "train_examples": 5748,
@@ -281,3 +303,14 @@ def test_every_task_has_its_own_name(package):
     tasks = [task for section in suite.sections for task in section.tasks]
     assert len({task.name for task in tasks}) == len(tasks)
     assert set(ALL_TASKS) >= {task.name for task in tasks}
+
+
+def test_system_metrics_gives_no_verdict_when_the_load_moves_more_than_the_target():
+    from benchmarks.sections.system_metrics import SECTION
+
+    entry = json.loads(json.dumps(SAMPLES["system_metrics"][0]))
+    entry["system_metrics"]["spread"] = 0.25
+    [line] = SECTION.verdicts(entry)
+    assert "no verdict: the reference windows spread 25 % (> 6 %)" in line
+    assert "PASS" not in line and "FAIL" not in line
+    assert "per CPU-second it trains 0.990× the images" in line

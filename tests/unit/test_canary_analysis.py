@@ -10,9 +10,9 @@ import pytest
 
 from components.serving.analysis import FAILED, INCONCLUSIVE, PASSED, Check, class_distance, judge
 from components.serving.config import AnalysisSection
-from components.serving.rollout_job import longest_rollout_seconds, render_rollout_cronjob
 from components.serving.sidecar import PredictionMetrics, predicted_examples
 from pipelines.config import ConfigError, load_config
+from pipelines.kubernetes.rollout_job import longest_rollout_seconds, render_rollout_cronjob
 
 UNIFORM = {str(k): 30.0 for k in range(10)}
 

@@ -15,6 +15,7 @@ import pytest
 from PIL import Image
 
 from components.errors import UsageError
+from components.ingest.selection import DataSelection
 from components.trainer import module
 from components.trainer.distill import DistillationLoss
 from components.trainer.teacher import (
@@ -25,7 +26,6 @@ from components.trainer.teacher import (
 )
 from pipelines.config import ConfigError, load_config
 from pipelines.distill import check_teacher, resolve_teacher
-from pipelines.spans import DataSelection
 from pipelines.workspace import Workspace
 from tests.folders import tree_hash
 from tests.trainer_testdata import fn_args_dict, make_fn_args, write_digits_examples

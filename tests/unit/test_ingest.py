@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import hashlib
 import io
 import json
 import os
@@ -16,11 +17,7 @@ from PIL import Image
 from components.examples_format import decode_image
 from components.ingest.errors import DataError
 from components.ingest.ingest import ingest
-from components.ingest.listing import (
-    compute_input_fingerprint,
-    is_tfrecord_dir,
-    scan_image_folder,
-)
+from components.ingest.listing import ImageListing, list_data
 from components.ingest.reader import UNDECODABLE
 from components.ingest.splits import SplitAssigner, parse_split_ratios
 
@@ -73,6 +70,13 @@ def _run(root: Path, out: Path, **options) -> tuple:
 
 
 # --- listing ---------------------------------------------------------------------------
+
+
+def scan_image_folder(root: Path) -> ImageListing:
+    """The images of `root` as the one listing of a run finds them."""
+    listing = list_data(root)
+    assert listing.kind == "images"
+    return listing.image_listing(str(root))
 
 
 def test_scan_lists_sorted_classes_recursively_and_skips_hidden_files(tmp_path):
@@ -151,16 +155,35 @@ def test_scan_rejects_unusable_roots_with_one_line_naming_the_path(tmp_path, mak
 def test_tfrecord_dir_is_detected_only_without_class_folders(tmp_path):
     (tmp_path / "records").mkdir()
     (tmp_path / "records" / "part-0.tfrecord.gz").write_bytes(b"")
-    assert is_tfrecord_dir(tmp_path / "records")
-    assert not is_tfrecord_dir(_image_tree(tmp_path / "images", 1))
+    assert list_data(tmp_path / "records").kind == "tfrecords"
+    with_classes = _image_tree(tmp_path / "images", 1)
+    (with_classes / "stray.gz").write_bytes(b"")
+    assert list_data(with_classes).kind == "images"
 
 
 def test_input_fingerprint_changes_exactly_when_files_change(tmp_path):
     root = _image_tree(tmp_path, 2)
-    first = compute_input_fingerprint(root)
-    assert compute_input_fingerprint(root) == first
+    first = list_data(root).fingerprint
+    assert list_data(root).fingerprint == first
     _save(root / "cat" / "new.png")
-    assert compute_input_fingerprint(root) != first
+    assert list_data(root).fingerprint != first
+
+
+def test_input_fingerprint_is_the_digest_earlier_runs_stored(tmp_path):
+    """The digest of every class folder's file (relative path, size, mtime_ns, in os.walk's
+    order) that earlier versions stored as `input_fingerprint`: a workspace made before the
+    one listing still says "no new data" to `mptfx retrain` for an unchanged folder."""
+    root = _image_tree(tmp_path, 3)
+    (root / "cat" / "notes.txt").write_text("ignored, still part of the folder's state")
+    digest = hashlib.sha256()
+    for folder, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        for name in sorted(filenames):
+            path = Path(folder, name)
+            stat = path.stat()
+            relative = path.relative_to(root).as_posix()
+            digest.update(f"{relative}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
+    assert list_data(root).fingerprint == digest.hexdigest()
 
 
 # --- splits ----------------------------------------------------------------------------

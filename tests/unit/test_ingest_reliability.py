@@ -17,7 +17,8 @@ from PIL import Image
 from components.ingest.errors import DataError
 from components.ingest.headers import SizeLimits
 from components.ingest.ingest import ingest
-from components.ingest.listing import compute_input_fingerprint, scan_image_folder
+from components.ingest.listing import list_data
+from components.ingest.selection import select_folder
 from components.ingest.sources import MAX_LABEL
 
 
@@ -58,13 +59,12 @@ def _one_line_naming(error: pytest.ExceptionInfo, *names: str) -> None:
         assert name in message, message
 
 
-def test_dangling_symlink_is_refused_by_name_by_scan_and_fingerprint(tmp_path):
+def test_dangling_symlink_is_refused_by_name_by_the_listing(tmp_path):
     root = _tree(tmp_path / "data")
     os.symlink(tmp_path / "gone.png", root / "cat" / "link.png")
-    for call in (scan_image_folder, compute_input_fingerprint):
-        with pytest.raises(DataError, match="dangling symbolic link") as caught:
-            call(root)
-        _one_line_naming(caught, "cat/link.png")
+    with pytest.raises(DataError, match="dangling symbolic link") as caught:
+        list_data(root)
+    _one_line_naming(caught, "cat/link.png")
 
 
 def test_symlink_leaving_the_data_root_is_refused_by_name(tmp_path):
@@ -73,20 +73,33 @@ def test_symlink_leaving_the_data_root_is_refused_by_name(tmp_path):
     os.symlink(tmp_path / "outside.png", root / "dog" / "escape.png")
     os.symlink(root / "cat" / "0.png", root / "dog" / "inside.png")  # allowed: stays inside
     with pytest.raises(DataError, match="points outside the data root") as caught:
-        scan_image_folder(root)
+        list_data(root)
     _one_line_naming(caught, "dog/escape.png", str(tmp_path / "outside.png"))
     (root / "dog" / "escape.png").unlink()
-    assert "dog/inside.png" in scan_image_folder(root).files
+    assert "dog/inside.png" in [listed.path for listed in list_data(root).files]
 
 
 def test_non_utf8_file_name_is_refused_by_name(tmp_path):
     root = _tree(tmp_path / "data")
     with open(os.fsencode(root / "cat") + b"/caf\xe9.png", "wb") as handle:
         handle.write(_png())
-    for call in (scan_image_folder, compute_input_fingerprint):
-        with pytest.raises(DataError, match="not valid UTF-8") as caught:
-            call(root)
-        _one_line_naming(caught, "caf\\xe9.png")
+    with pytest.raises(DataError, match="not valid UTF-8") as caught:
+        list_data(root)
+    _one_line_naming(caught, "caf\\xe9.png")
+
+
+def test_a_file_removed_after_the_listing_is_quarantined_as_unreadable(tmp_path):
+    # The run's one listing is what the Ingest reads: it never lists the folder again.
+    root = _tree(tmp_path / "data")
+    selection = select_folder(root)
+    (root / "dog" / "3.png").unlink()
+    (root / "dog" / "new.png").write_bytes(_png())  # arrived after the listing: next run
+    ingest(selection, str(tmp_path / "examples"), str(tmp_path / "q.json"),
+           max_bad_fraction=0.1)
+    report = json.loads((tmp_path / "q.json").read_text())
+    assert report["files"] == [{"path": "dog/3.png",
+                                "reason": "unreadable file: No such file or directory"}]
+    assert report["total"] == 20 and sum(report["split_counts"].values()) == 19
 
 
 def test_class_folder_with_a_line_break_is_refused_so_labels_cannot_shift(tmp_path):
@@ -94,7 +107,7 @@ def test_class_folder_with_a_line_break_is_refused_so_labels_cannot_shift(tmp_pa
     (root / "bad\nname").mkdir()
     (root / "bad\nname" / "0.png").write_bytes(_png())
     with pytest.raises(DataError, match="control character") as caught:
-        scan_image_folder(root)
+        list_data(root)
     _one_line_naming(caught, "'bad\\nname'")
 
 

@@ -347,6 +347,34 @@ def test_served_images_are_exported_by_predicted_class_as_sent(tmp_path):
     assert len(list((tmp_path / "label-me" / "7").glob("*.jpg"))) == 1
 
 
+def test_photos_sent_as_bytes_are_logged_featured_and_exported_as_sent(tmp_path):
+    """`predict_image_bytes` in TF Serving's row format: {"instances": [{"b64": file}]}."""
+    from tensorflow.core.protobuf import meta_graph_pb2
+
+    from components.monitor.traffic import export_images
+
+    signature = meta_graph_pb2.SignatureDef(method_name="tensorflow/serving/predict")
+    signature.inputs["image_bytes"].dtype = 7
+    for name, dtype in (("probabilities", 1), ("class_id", 9), ("class_name", 7)):
+        signature.outputs[name].dtype = dtype
+    rng = np.random.default_rng(8)
+    png, jpeg = encode(digit_like(rng)), encode(np.stack([digit_like(rng)] * 3, -1), "JPEG")
+    request = {"signature_name": "predict_image_bytes",
+               "instances": [{"b64": base64.b64encode(f).decode()} for f in (png, jpeg)]}
+    response = {"predictions": [
+        {"probabilities": [0.9 if k == c else 0.1 / 9 for k in range(10)], "class_id": c,
+         "class_name": str(c)} for c in (2, 5)]}
+    log = predict_log_from_rest("digits", 3, request, response, signature, now=DAY)
+    rows = rows_of_log(log, LABELS)
+    assert [(row["encoding"], row["predicted_class"]) for row in rows] == [("PNG", "2"),
+                                                                          ("JPEG", "5")]
+    for row, sent in zip(rows, (png, jpeg), strict=True):
+        assert {key: row[key] for key in image_features(sent)} == image_features(sent)
+        assert row["confidence"] == pytest.approx(0.9)
+    assert export_images([log], tmp_path, LABELS) == 2
+    assert (next((tmp_path / "5").glob("*.jpg"))).read_bytes() == jpeg
+
+
 def test_no_request_log_folder_or_a_bad_window_is_exit_2_in_one_line(tmp_path, capsys):
     from pipelines.cli import main
 

@@ -46,11 +46,11 @@ def test_constant_after_warmup_and_a_continued_schedule():
 
 
 @pytest.mark.parametrize("setting, schedule, epochs, scaled_up, expected", [
-    ("auto", "cosine", 15, False, 2.0),
+    ("auto", "cosine", 15, False, 1.5),
     ("auto", "constant", 15, False, 0.0),
-    ("auto", "constant", 15, True, 2.0),     # a larger batch's rate wants a warm-up
+    ("auto", "constant", 15, True, 1.5),     # a larger batch's rate wants a warm-up
     ("auto", "cosine", 100, True, 5.0),      # at most 5 epochs
-    ("auto", "cosine", 3, False, 1.0),       # at least 1
+    ("auto", "cosine", 3, False, 0.3),       # a fraction of an epoch in a short run
     (0.5, "cosine", 15, True, 0.5),          # an explicit value wins
 ])
 def test_warmup_epochs(setting, schedule, epochs, scaled_up, expected):
@@ -64,7 +64,7 @@ def test_a_constant_rate_without_warmup_is_a_plain_float():
     assert plan.learning_rate(0.1) == pytest.approx(0.0001)
     cosine = LearningRatePlan.of(TrainerSection(), 0.001, False, 45)
     assert isinstance(cosine.learning_rate(), WarmupSchedule)
-    assert cosine.to_dict()["warmup_epochs"] == 2.0
+    assert cosine.to_dict()["warmup_epochs"] == 1.5
 
 
 def test_fine_tune_auto_only_with_pretrained_weights():

@@ -13,10 +13,10 @@ import jsonschema
 import pytest
 import yaml
 
-from components.serving.manifests import render_http_route
 from pipelines.config import load_config
 from pipelines.kubernetes.api import KubernetesError
 from pipelines.kubernetes.route import patch_http_route
+from pipelines.kubernetes.serving import render_http_route
 from tests.k8s_double import api_error
 
 REPO = Path(__file__).resolve().parents[2]

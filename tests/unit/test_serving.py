@@ -15,19 +15,19 @@ from google.protobuf import text_format
 from tensorflow_serving.config import model_server_config_pb2
 
 from components.pusher.component import push_with_rollout
-from components.serving.manifests import (
-    render_http_route,
-    render_prometheus_rule,
-    render_service_monitor,
-)
 from components.serving.models_config import (
     ModelsConfigError,
     ServingLabels,
     read_labels,
     write_labels,
 )
-from components.serving.rollout_job import rollout_objects
 from pipelines.config import ConfigError, load_config
+from pipelines.kubernetes.rollout_job import rollout_objects
+from pipelines.kubernetes.serving import (
+    render_http_route,
+    render_prometheus_rule,
+    render_service_monitor,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 SCHEMAS = REPO / "k8s" / "schemas"

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from components.ingest.listing import scan_span_folders
+from components.ingest.listing import list_spans, read_folder
+from components.ingest.spans import discover_spans, select_data
 from pipelines.locking import RunLock
-from pipelines.spans import discover_spans, select_data
 
 
 def _drop(root, name, classes):
@@ -19,7 +19,7 @@ def test_latest_span_and_rolling_window(tmp_path):
     for span in (1, 2, 10):
         _drop(tmp_path, f"span-{span}", ["a", "b"])
     (tmp_path / "span-notes").mkdir()
-    assert discover_spans(str(tmp_path)) == {1: "span-1", 2: "span-2", 10: "span-10"}
+    assert discover_spans(read_folder(tmp_path)) == {1: "span-1", 2: "span-2", 10: "span-10"}
     latest = select_data(str(tmp_path))
     assert (latest.span, latest.span_dirs, latest.spans) == (10, ["span-10"], [10])
     window = select_data(str(tmp_path), window=2)
@@ -44,7 +44,7 @@ def test_plain_folder_has_no_spans(tmp_path):
 def test_window_of_spans_is_one_listing_with_the_union_of_classes(tmp_path):
     _drop(tmp_path, "span-1", ["cat", "dog"])
     _drop(tmp_path, "span-2", ["dog", "eel"])
-    listing = scan_span_folders(tmp_path, ["span-1", "span-2"])
+    listing = list_spans(tmp_path, ["span-1", "span-2"]).image_listing(str(tmp_path))
     assert listing.label_names == ["cat", "dog", "eel"]
     assert dict(zip(listing.files, listing.labels, strict=True)) == {
         "span-1/cat/cat.png": 0, "span-1/dog/dog.png": 1,

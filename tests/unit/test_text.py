@@ -39,4 +39,10 @@ def test_an_error_inside_a_graph_is_its_cause_not_graph_execution_error():
 def test_an_eager_op_error_is_its_message():
     with pytest.raises(tf.errors.InvalidArgumentError) as caught:
         tf.io.decode_png(b"not a png")
-    assert one_line(caught.value) == caught.value.message.splitlines()[0]
+    assert one_line(caught.value) == \
+        "Unknown image file format. One of JPEG, PNG, GIF, BMP required."
+    with pytest.raises(tf.errors.InvalidArgumentError) as caught:
+        tf.io.decode_image(b"\xff\xd8\xff\xe0 a truncated JPEG")
+    assert caught.value.message.startswith("{{function_node __wrapped__DecodeImage")
+    # The sentence only, without the function TensorFlow wrapped the op in and its name.
+    assert one_line(caught.value) == "jpeg::Uncompress failed. Invalid JPEG data or crop window."

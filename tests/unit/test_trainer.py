@@ -373,7 +373,8 @@ def test_keras_weights_are_saved_beside_the_serving_model(trained):
 
 def test_serving_signatures_agree(trained):
     loaded = tf.saved_model.load(trained.serving_model_dir)
-    assert set(loaded.signatures) == {"serving_default", "predict_images", "predict_normalized"}
+    assert set(loaded.signatures) == {"serving_default", "predict_image_bytes", "predict_images",
+                                      "predict_normalized"}
     # Serving needs only the image: strip every other feature.
     serialized = _serialized(trained.eval_files)[:20]
     pngs = [

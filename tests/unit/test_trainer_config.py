@@ -32,7 +32,7 @@ SUMMARY_KEYS = [
     "train_seconds", "images_per_sec_per_epoch", "workers", "task_name", "autotune",
     "batch_size_reason", "autotune_probe_seconds", "model_reason", "input_size_reason",
     "start_weights", "lr_schedule", "label_smoothing", "fine_tune", "early_stopping",
-    "distill", "val_accuracy",
+    "distill", "input_bound", "val_accuracy",
 ]
 
 

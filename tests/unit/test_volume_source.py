@@ -10,7 +10,7 @@ import tensorflow as tf
 
 from components.ingest.headers import SizeLimits
 from components.ingest.ingest import ingest
-from components.ingest.volume_source import is_volume_dir
+from components.ingest.listing import list_data
 from pipelines.volumes import generate_volumes
 
 
@@ -22,7 +22,7 @@ def test_npz_pairs_are_ingested_with_depth_and_mask(tmp_path):
         np.savez(tmp_path / "data" / "ab"[label] / f"v{index}.npz", volume=volume, mask=mask)
     np.savez(tmp_path / "data" / "a" / "no_mask.npz", volume=volumes[0])
     np.savez(tmp_path / "data" / "b" / "flat.npz", volume=volumes[0][0], mask=masks[0][0])
-    assert is_volume_dir(tmp_path / "data")
+    assert list_data(tmp_path / "data").kind == "volumes"
 
     result = ingest(str(tmp_path / "data"), str(tmp_path / "examples"), str(tmp_path / "q.json"),
                     max_bad_fraction=0.5, splits={"train": 0.5, "eval": 0.5})

@@ -48,7 +48,7 @@ def test_warmup_records_parse_and_run_against_their_signatures(tmp_path):
     records = [prediction_log_pb2.PredictionLog.FromString(r.numpy())
                for r in tf.data.TFRecordDataset(path)]
     assert {r.predict_log.request.model_spec.signature_name for r in records} == {
-        "serving_default", "predict_images"}
+        "serving_default", "predict_image_bytes", "predict_images"}
     served = tf.saved_model.load(export_dir)
     for record in records:
         request = record.predict_log.request

@@ -10,7 +10,6 @@ and whether the server's class ids (and probabilities, within `tolerance`) agree
 
 from __future__ import annotations
 
-import base64
 import time
 import urllib.parse
 from dataclasses import dataclass
@@ -18,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from components.serving.rest_json import rest_value
 from components.serving.rollout import ServingTarget
 from components.serving.warmup_requests import read_warmup_requests
 
@@ -36,14 +36,6 @@ class RequestResult:
     latency_ms: float
     agrees: bool
     max_probability_difference: float | None
-
-
-def _rest_value(array: np.ndarray) -> Any:
-    # TF Serving's REST API carries binary strings as {"b64": ...}.
-    if array.dtype.kind in ("S", "O"):
-        return np.vectorize(lambda b: {"b64": base64.b64encode(b).decode()},
-                            otypes=[object])(array).tolist()
-    return array.tolist()
 
 
 def _local_outputs(model: Any, signature: str, inputs: dict[str, np.ndarray]) -> dict:
@@ -125,7 +117,7 @@ def check_endpoint(url: str, target: ServingTarget, label: str,
                                 f"{status.status_code}")
         for request in warmup:
             payload = {"signature_name": request.signature_name,
-                       "inputs": {k: _rest_value(v) for k, v in request.inputs.items()}}
+                       "inputs": {k: rest_value(v) for k, v in request.inputs.items()}}
             body, latency_ms = _post(session, predict_url, payload)
             local = _local_outputs(model, request.signature_name, request.inputs)
             agrees, difference = _compare(local, _server_outputs(body), tolerance)

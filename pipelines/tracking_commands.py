@@ -19,6 +19,7 @@ from typing import Any
 
 from components.errors import EXIT_OK, UsageError
 from components.tracking.compare import FORMATS
+from components.tracking.reader import StoreReader
 from components.tracking.store import (
     LOCAL_ARTIFACTS_DIR,
     LOCAL_DB_NAME,
@@ -49,7 +50,11 @@ def register(commands: Any) -> None:
     compare = commands.add_parser(
         "compare", help="compare recorded runs side by side (table + PNG)",
         description="Compare pipeline runs recorded in MLflow: precision, XLA, strategy, "
-        "batch, images/sec, accuracy, model sizes, wall time; the best in each column marked.")
+        "batch, images/sec, accuracy, model sizes, wall time; the best in each column marked. "
+        "Under the table, each run's report (runs/<run id>/report.html beside its "
+        "summary.json, as a file:// URL) when it has one; in json and csv its `report` field, "
+        "in markdown a link on the run's name. A workspace's sqlite store is read without "
+        "importing MLflow.")
     compare.add_argument("runs", nargs="*", metavar="RUN_ID",
                          help="MLflow run ids or TFX run ids (default: the last runs)")
     compare.add_argument("--experiment", help="MLflow experiment (default: the experiment "
@@ -87,11 +92,13 @@ def _plot_path(args: argparse.Namespace, name: str) -> Path:
     return folder.resolve() / f"{name}-{_now()}.png"
 
 
-def open_store(uri: str, workspace: Path) -> Any:
-    from components.tracking.store import mlflow_client
+def open_store(uri: str, workspace: Path) -> StoreReader:
+    """A reader of the MLflow store at `uri` (components/tracking/reader.py: a workspace's
+    sqlite file is read without importing MLflow); exit 2 when there is none."""
+    from components.tracking.reader import open_reader, sqlite_path
 
     if is_local_uri(uri):
-        database = Path(uri[len("sqlite:///"):]) if uri.startswith("sqlite:///") else None
+        database = sqlite_path(uri)
         if database is not None and not database.exists():
             raise UsageError(f"no MLflow store at {database}; record a run first with "
                              f"`mptfx run --workspace {workspace}`")
@@ -99,7 +106,7 @@ def open_store(uri: str, workspace: Path) -> Any:
         require_reachable(uri, CONNECT_TIMEOUT_SECONDS,
                           hint=f"compare the runs recorded locally with --tracking-uri "
                           f"{local_store_uri(workspace)}")
-    return mlflow_client(uri)
+    return open_reader(uri)
 
 
 def print_comparison(rows: list[dict], args: argparse.Namespace, uri: str, name: str) -> None:
@@ -124,14 +131,14 @@ def command_compare(args: argparse.Namespace) -> int:
     workspace = Path(args.workspace).resolve()
     uri = args.tracking_uri or requested_tracking_uri("", os.environ) or local_store_uri(
         workspace)
-    client = open_store(uri, workspace)
+    reader = open_store(uri, workspace)
     try:
-        runs = resolve_runs(client, args.runs, args.experiment, args.last or DEFAULT_LAST)
+        runs = resolve_runs(reader, args.runs, args.experiment, args.last or DEFAULT_LAST)
     except LookupError as error:
         raise UsageError(f"{error} in {uri}") from None
     if not runs:
         raise UsageError(f"no mptfx runs to compare in experiment {args.experiment!r} at {uri}")
-    print_comparison(load_rows(client, runs), args, uri, "compare")
+    print_comparison(load_rows(reader, runs, workspace), args, uri, "compare")
     return EXIT_OK
 
 

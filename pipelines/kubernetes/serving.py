@@ -8,7 +8,7 @@ so TF Serving answers from the right version. Clients that already address a lab
 version directly go to the stable Service unchanged.
 
     route = render_http_route(config, weight=10)    # 90 % stable, 10 % canary
-    write_manifests(Path("workspace/k8s"), [route])
+    write_manifests(Path("workspace/k8s") / ROUTE_FILE, [route], ROUTE_HEADER)
 """
 
 from __future__ import annotations
@@ -16,9 +16,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from components.core.config import Config
+from pipelines.kubernetes.objects import app_labels, metadata, write_manifests
 
 GATEWAY_API_VERSION = "gateway.networking.k8s.io/v1"
 MONITORING_API_VERSION = "monitoring.coreos.com/v1"
@@ -36,12 +35,7 @@ SIDECAR_METRICS_PATH = "/metrics"
 TRACK_POD_LABEL = "mptfx.dev/track"
 ROUTE_FILE = "serving-route.yaml"
 MONITORING_FILE = "serving-monitoring.yaml"
-_LABELS = {"app.kubernetes.io/name": SERVICE_NAME, "app.kubernetes.io/component": "serving",
-           "app.kubernetes.io/part-of": "mptfx"}
-
-
-def _metadata(name: str, namespace: str) -> dict[str, Any]:
-    return {"name": name, "namespace": namespace, "labels": dict(_LABELS)}
+LABELS = app_labels("serving", name=SERVICE_NAME)
 
 
 def _backend(service: str, weight: int, model_name: str, label: str) -> dict[str, Any]:
@@ -67,7 +61,7 @@ def render_http_route(config: Config, weight: int) -> dict[str, Any]:
     return {
         "apiVersion": GATEWAY_API_VERSION,
         "kind": "HTTPRoute",
-        "metadata": _metadata(SERVICE_NAME, namespace),
+        "metadata": metadata(SERVICE_NAME, namespace, LABELS),
         "spec": {
             "parentRefs": [parent],
             "rules": [
@@ -93,7 +87,7 @@ def render_service_monitor(config: Config) -> dict[str, Any]:
     return {
         "apiVersion": MONITORING_API_VERSION,
         "kind": "ServiceMonitor",
-        "metadata": _metadata(SERVICE_NAME, config.kubernetes.namespace),
+        "metadata": metadata(SERVICE_NAME, config.kubernetes.namespace, LABELS),
         "spec": {
             "selector": {"matchLabels": {"app.kubernetes.io/name": SERVICE_NAME,
                                          "app.kubernetes.io/component": "serving"}},
@@ -139,17 +133,9 @@ def render_prometheus_rule(config: Config) -> dict[str, Any]:
     return {
         "apiVersion": MONITORING_API_VERSION,
         "kind": "PrometheusRule",
-        "metadata": _metadata(SERVICE_NAME, config.kubernetes.namespace),
+        "metadata": metadata(SERVICE_NAME, config.kubernetes.namespace, LABELS),
         "spec": {"groups": [{"name": f"mptfx-serving-{model}", "rules": rules}]},
     }
-
-
-def write_manifests(path: Path, objects: list[dict[str, Any]], header: str = "") -> Path:
-    """Write `objects` as one multi-document YAML file at `path`, `header` as comments."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    comments = "".join(f"# {line}\n".replace("# \n", "#\n") for line in header.splitlines())
-    path.write_text(comments + yaml.safe_dump_all(objects, sort_keys=False))
-    return path
 
 
 ROUTE_HEADER = """The weighted canary split in front of TF Serving (Gateway API HTTPRoute).

@@ -6,35 +6,22 @@ or on a rolling window of the last K spans (`data.spans.window`); the Examples a
 records the latest span, and `mptfx retrain` asks ML Metadata which spans were trained on.
 
     select_data("/data/digits", window=2)  # DataSelection(root, ["span-2", "span-3"], span=3)
+
+The root is read once: the same read finds the spans, or, when there are none, is the top of
+the folder's one listing (listing.py).
 """
 
 from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
+
+from components.ingest.listing import list_folder, list_spans, read_folder
+from components.ingest.selection import DataSelection
 
 SPAN_PLACEHOLDER = "{SPAN}"
 _DEFAULT_SPAN_PATTERN = "span-" + SPAN_PLACEHOLDER
-
-
-@dataclass(frozen=True)
-class DataSelection:
-    """What one run ingests: `root`, and below it the span folders (none: `root` itself)."""
-
-    root: str
-    span_dirs: list[str] = field(default_factory=list)
-    span: int = 0
-    spans: list[int] = field(default_factory=list)
-    # "images" (class folders), "tfrecords" or "volumes": what `model.name: auto` reads
-    # before the Ingest to lay out the pipeline (a segmentation model's Evaluator).
-    kind: str = "images"
-
-    @property
-    def folders(self) -> list[str]:
-        """The folders whose files are ingested."""
-        return [os.path.join(self.root, d) for d in self.span_dirs] or [self.root]
 
 
 def _pattern_regex(folder_pattern: str) -> re.Pattern[str]:
@@ -42,16 +29,16 @@ def _pattern_regex(folder_pattern: str) -> re.Pattern[str]:
     return re.compile(f"^{re.escape(before)}(\\d+){re.escape(after)}$")
 
 
-def discover_spans(root: str, folder_pattern: str = _DEFAULT_SPAN_PATTERN) -> dict[int, str]:
-    """Span number → folder name for the sub-folders of `root` matching the pattern."""
+def discover_spans(entries: list[Path],
+                   folder_pattern: str = _DEFAULT_SPAN_PATTERN) -> dict[int, str]:
+    """Span number → folder name for the folders among a root's `entries` (`read_folder`)
+    matching the pattern."""
     regex = _pattern_regex(folder_pattern)
     found: dict[int, str] = {}
-    if not os.path.isdir(root):
-        return found
-    for entry in sorted(os.listdir(root)):
-        match = regex.match(entry)
-        if match and os.path.isdir(os.path.join(root, entry)):
-            found[int(match.group(1))] = entry
+    for entry in entries:
+        match = regex.match(entry.name)
+        if match and entry.is_dir():
+            found[int(match.group(1))] = entry.name
     return found
 
 
@@ -67,14 +54,25 @@ def split_span_pattern(source: str) -> tuple[str, str]:
 
 
 def select_data(source: str, window: int = 1) -> DataSelection:
-    """The last `window` spans under `source`, or `source` itself when it has no spans."""
+    """The last `window` spans under `source`, or `source` itself when it has no spans,
+    listed (the run's one listing).
+
+    Raises:
+        FileNotFoundError: `source` names a span pattern no folder matches.
+        ValueError: `{SPAN}` outside the last folder name.
+        DataError: see `list_folder`, `list_spans`.
+    """
     root, folder_pattern = split_span_pattern(source)
-    spans = discover_spans(root, folder_pattern)
+    if SPAN_PLACEHOLDER in source and not os.path.isdir(root):
+        raise FileNotFoundError(f"no folder matching {folder_pattern!r} in {root}")
+    entries = read_folder(root)
+    spans = discover_spans(entries, folder_pattern)
+    root = str(Path(root))
     if not spans:
         if SPAN_PLACEHOLDER in source:
             raise FileNotFoundError(f"no folder matching {folder_pattern!r} in {root}")
-        return DataSelection(root=str(Path(root)))
+        return DataSelection(root=root, listing=list_folder(root, entries))
     chosen = sorted(spans)[-window:]
-    return DataSelection(
-        root=str(Path(root)), span_dirs=[spans[n] for n in chosen], span=chosen[-1], spans=chosen
-    )
+    span_dirs = [spans[n] for n in chosen]
+    return DataSelection(root=root, span_dirs=span_dirs, span=chosen[-1], spans=chosen,
+                         listing=list_spans(root, span_dirs))

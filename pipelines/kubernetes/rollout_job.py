@@ -24,23 +24,18 @@ from typing import Any
 
 from components.core.config import Config
 from components.serving.config import AnalysisSection
-from components.serving.manifests import SERVICE_NAME
+from pipelines.kubernetes import objects
+from pipelines.kubernetes.serving import SERVICE_NAME
 
 ROLLOUT_NAME = "mptfx-serving-rollout"
 ROLLOUT_FILE = "serving-rollout.yaml"
 CONFIG_MAP = "mptfx-config"  # the cluster's configuration, k8s/base/retrain-cronjob.yaml
 CONFIG_FILE = "/etc/mptfx/config.yaml"
 SCHEDULE = "*/10 * * * *"
-IMAGE_UID = 10001
-_LABELS = {"app.kubernetes.io/name": "mptfx", "app.kubernetes.io/component": "serving-rollout",
-           "app.kubernetes.io/part-of": "mptfx"}
+LABELS = objects.app_labels("serving-rollout")
 ROLLOUT_HEADER = """The automatic canary analysis: `mptfx serve rollout` every 10 minutes (a no-op
 without a canary). Rendered by `mptfx serve render` from serving.analysis and kubernetes.*;
 this file is the rendering of the defaults. See docs/guide/canary.md."""
-
-
-def _metadata(name: str, namespace: str, **extra: Any) -> dict[str, Any]:
-    return {"name": name, "namespace": namespace, "labels": dict(_LABELS), **extra}
 
 
 def longest_rollout_seconds(analysis: AnalysisSection) -> int:
@@ -53,25 +48,17 @@ def longest_rollout_seconds(analysis: AnalysisSection) -> int:
 
 def _container(config: Config) -> dict[str, Any]:
     k8s = config.kubernetes
-    env = [{"name": "HOME", "value": "/tmp"}, {"name": "PYTHONUNBUFFERED", "value": "1"},
-           {"name": "MLFLOW_TRACKING_URI", "value": k8s.tracking_uri}]
-    if k8s.tracking_secret:
-        env += [{"name": f"MLFLOW_TRACKING_{key.upper()}", "valueFrom": {"secretKeyRef": {
-            "name": k8s.tracking_secret, "key": key}}} for key in ("username", "password")]
     return {
         "name": "rollout",
         "image": k8s.image,
         "imagePullPolicy": "Always",
         "command": ["mptfx", "serve", "rollout", "--if-canary", "--in-cluster",
                     "--workspace", k8s.workspace, "--config", CONFIG_FILE],
-        "env": env,
+        "env": [*objects.image_env(), *objects.mlflow_env(k8s)],
         "resources": {"requests": {"cpu": "100m", "memory": "512Mi",
                                    "ephemeral-storage": "64Mi"},
                       "limits": {"cpu": "1", "memory": "1Gi", "ephemeral-storage": "256Mi"}},
-        "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
-                            "runAsNonRoot": True, "runAsUser": IMAGE_UID,
-                            "capabilities": {"drop": ["ALL"]},
-                            "seccompProfile": {"type": "RuntimeDefault"}},
+        "securityContext": objects.container_security_context(),
         "volumeMounts": [{"name": "workspace", "mountPath": k8s.workspace},
                          {"name": "config", "mountPath": "/etc/mptfx", "readOnly": True},
                          {"name": "tmp", "mountPath": "/tmp"}],
@@ -85,9 +72,7 @@ def render_rollout_cronjob(config: Config) -> dict[str, Any]:
         "restartPolicy": "Never",
         "serviceAccountName": ROLLOUT_NAME,
         "automountServiceAccountToken": True,  # it patches the HTTPRoute
-        "securityContext": {"runAsNonRoot": True, "runAsUser": IMAGE_UID,
-                            "runAsGroup": IMAGE_UID, "fsGroup": IMAGE_UID,
-                            "seccompProfile": {"type": "RuntimeDefault"}},
+        "securityContext": objects.pod_security_context(),
         "containers": [_container(config)],
         "volumes": [{"name": "workspace",
                      "persistentVolumeClaim": {"claimName": k8s.workspace_claim}},
@@ -104,7 +89,7 @@ def render_rollout_cronjob(config: Config) -> dict[str, Any]:
     return {
         "apiVersion": "batch/v1",
         "kind": "CronJob",
-        "metadata": _metadata(ROLLOUT_NAME, k8s.namespace, annotations=annotations),
+        "metadata": objects.metadata(ROLLOUT_NAME, k8s.namespace, LABELS, annotations=annotations),
         "spec": {
             "schedule": SCHEDULE,
             "timeZone": "Etc/UTC",
@@ -113,14 +98,14 @@ def render_rollout_cronjob(config: Config) -> dict[str, Any]:
             "successfulJobsHistoryLimit": 3,
             "failedJobsHistoryLimit": 3,
             "jobTemplate": {
-                "metadata": {"labels": dict(_LABELS)},
+                "metadata": {"labels": dict(LABELS)},
                 "spec": {
                     # Aborted (1), refused (2) and gave up (3) are verdicts, not crashes: the
                     # next schedule is the retry.
                     "backoffLimit": 0,
                     "activeDeadlineSeconds": longest_rollout_seconds(config.serving.analysis),
                     "ttlSecondsAfterFinished": k8s.ttl_seconds_after_finished,
-                    "template": {"metadata": {"labels": dict(_LABELS)}, "spec": pod},
+                    "template": {"metadata": {"labels": dict(LABELS)}, "spec": pod},
                 },
             },
         },
@@ -132,13 +117,13 @@ def rollout_objects(config: Config) -> list[dict[str, Any]]:
     namespace = config.kubernetes.namespace
     return [
         {"apiVersion": "v1", "kind": "ServiceAccount",
-         "metadata": _metadata(ROLLOUT_NAME, namespace)},
+         "metadata": objects.metadata(ROLLOUT_NAME, namespace, LABELS)},
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-         "metadata": _metadata(ROLLOUT_NAME, namespace),
+         "metadata": objects.metadata(ROLLOUT_NAME, namespace, LABELS),
          "rules": [{"apiGroups": ["gateway.networking.k8s.io"], "resources": ["httproutes"],
                     "resourceNames": [SERVICE_NAME], "verbs": ["get", "patch"]}]},
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-         "metadata": _metadata(ROLLOUT_NAME, namespace),
+         "metadata": objects.metadata(ROLLOUT_NAME, namespace, LABELS),
          "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
                      "name": ROLLOUT_NAME},
          "subjects": [{"kind": "ServiceAccount", "name": ROLLOUT_NAME,
