@@ -153,6 +153,4 @@ def _data_classes(data: Any) -> list[str] | None:
     classes the Trainer checks once they are read)."""
     if data.kind != "images":
         return None
-    from components.ingest.listing import scan_span_folders
-
-    return list(scan_span_folders(data.root, data.span_dirs).label_names)
+    return list(data.listing.label_names)  # the run's one listing (components/ingest)

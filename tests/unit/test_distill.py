@@ -15,7 +15,7 @@ import pytest
 from PIL import Image
 
 from components.errors import UsageError
-from components.ingest.selection import DataSelection
+from components.ingest.selection import DataSelection, select_folder
 from components.trainer import module
 from components.trainer.distill import DistillationLoss
 from components.trainer.teacher import (
@@ -196,7 +196,7 @@ def _class_folders(root: Path, names: list[str]) -> DataSelection:
         buffer = io.BytesIO()
         Image.new("L", (8, 8), 128).save(buffer, format="PNG")
         (root / name / "a.png").write_bytes(buffer.getvalue())
-    return DataSelection(root=str(root), kind="images")
+    return select_folder(root)  # the run's one listing, as resolve_data makes it
 
 
 def test_before_the_ingest_a_teacher_of_other_classes_stops_the_run(teacher, tmp_path):
