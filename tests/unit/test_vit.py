@@ -30,7 +30,7 @@ def examples_uri(tmp_path_factory) -> str:
 def test_the_vit_trains_in_mixed_precision_and_every_tflite_variant_passes(
         examples_uri, tmp_path, precision, restore_dtype_policy):
     fields = fn_args_dict(examples_uri, str(tmp_path / "out"), model="vit", input_size="auto",
-                          epochs=6, precision=precision, xla="off", autotune="off",
+                          epochs=8, precision=precision, xla="off", autotune="off",
                           learning_rate=0.003)
     result = module.train_and_export(make_fn_args(fields, light=True))
     summary = result.summary
