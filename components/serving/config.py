@@ -1,4 +1,6 @@
-"""`serving.analysis`: how `mptfx serve rollout` judges a canary (docs/guide/canary.md).
+"""`serving`: the serving package's keys (`ServingSection`: gateway, canary weight, alert
+budgets) and `serving.analysis`, how `mptfx serve rollout` judges a canary
+(docs/guide/canary.md). pipelines/sections.py adds the monitor's `request_log`.
 
 The rollout steps the HTTPRoute's canary weight through `steps`; at each step it waits
 `interval` seconds, then asks Prometheus about the last `interval` seconds of the canary's
