@@ -32,9 +32,9 @@ import keras
 
 from benchmarks.training import CellSpec, build_compiled_model, synthetic_batch, time_steps
 from components.examples_format import EVAL_SPLIT, TRAIN_SPLIT, split_pattern
+from components.ingest.builtin_digits import export_digits
 from components.ingest.ingest import ingest
 from components.trainer import data as data_lib
-from pipelines.datasets import export_digits
 
 # The pipeline's own Beam settings (pipelines/pipeline.py), so ImportExampleGen runs as it
 # would inside `mptfx run`.

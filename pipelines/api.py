@@ -27,11 +27,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from components.core.config import Config
 from components.core.text import one_line
 from components.errors import UsageError
 from components.redact import redact_text, redact_tree
 from components.run_summary import SUMMARY_FILE, RunSummary
+from pipelines.config import Config
 from pipelines.console import library_output
 from pipelines.data_source import resolve_data
 from pipelines.distill import check_teacher
@@ -164,8 +164,8 @@ def check_model_file(config: Config, out: TextIO) -> None:
     refusal is a UsageError (exit 2) in one line, its traceback in the log."""
     if not config.model.module_file:
         return
-    from components.trainer.model_check import check_configured_model
     from models.user_module import UserModelError
+    from pipelines.model_file_check import check_configured_model
 
     try:
         notes = check_configured_model(config)
@@ -234,7 +234,9 @@ def _run(
 
     from components import tracking
 
-    tracking_store = tracking.resolve_store(config, workspace.root, out)  # exit 2 if required
+    # exit 2 if required
+    tracking_store = tracking.resolve_store(config.tracking, config.run_names, workspace.root,
+                                            out)
     from components.ingest.errors import DataError
     from models.user_module import UserModelError
     from pipelines.pipeline import create_pipeline

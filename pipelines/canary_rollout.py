@@ -28,7 +28,6 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from components.errors import EXIT_INCONCLUSIVE, EXIT_OK, EXIT_PIPELINE_FAILED
-from components.serving import rollout
 from components.serving.analysis import (
     FAILED,
     INCONCLUSIVE,
@@ -42,6 +41,7 @@ from components.serving.analysis import (
 from components.serving.config import AnalysisSection
 from components.serving.models_config import ServingLabels
 from components.serving.prometheus import Prometheus, PrometheusUnreachable
+from pipelines import rollout_verbs as rollout
 
 PROMOTED, ABORTED = "promoted", "aborted"
 EXIT_CODES = {PROMOTED: EXIT_OK, ABORTED: EXIT_PIPELINE_FAILED, INCONCLUSIVE: EXIT_INCONCLUSIVE}

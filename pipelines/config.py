@@ -1,11 +1,16 @@
-"""The one typed configuration object, read: YAML file + dotted `--set key=value` overrides.
+"""The one typed configuration object, composed and read: YAML file + dotted `--set
+key=value` overrides.
 
-The sections themselves are components/core/config.py (`Config`); this module reads a file
-and the overrides into one, and turns pydantic's errors into a one-line `ConfigError` that
-names the key and the `--set` it came from (exit code 2).
+`Config` composes the sections each package owns (components/<pkg>/config.py) and the
+runner's own (pipelines/sections.py); every one refuses unknown keys and coerces nothing
+(components/core/sections.py). The defaults are the embedded local setup; `configs/local.yaml`
+spells out the same values for people to copy. This module reads a file and the overrides into
+a `Config`, and turns pydantic's errors into a one-line `ConfigError` that names the key and
+the `--set` it came from (exit code 2).
 
     config = load_config("configs/local.yaml", overrides=["trainer.epochs=3"])
     config.trainer.epochs  # 3
+    Config().pusher.model_name  # "digits"
 """
 
 from __future__ import annotations
@@ -15,14 +20,72 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import ValidationError
+from pydantic import Field, PrivateAttr, ValidationError
 
-from components.core.config import BUILTIN_DIGITS, BUILTIN_NAMES, Config, names_for_data
+from components.core.sections import StrictSection, describe_validation_error, key_path
 from components.core.text import one_line
-from components.trainer.config import describe_validation_error, key_path
-from pipelines.distill import name_the_student
+from components.infra.config import InfraSection
+from components.ingest.config import BUILTIN_DIGITS
+from components.monitor.config import MonitorSection
+from components.pusher.config import PusherSection
+from components.tflite.config import TFLiteSection
+from components.tracking.config import TrackingSection
+from components.trainer.config import ExportSection, ModelSection, TrainerConfig, TrainerSection
+from components.validation.config import EvaluatorSection
+from pipelines.sections import (
+    BUILTIN_NAMES,
+    DataSection,
+    KubernetesSection,
+    PipelineSection,
+    ServingSection,
+    name_the_student,
+    names_for_data,
+)
 
 DEFAULT_CONFIG_PATH = Path("configs/local.yaml")
+
+
+class Config(StrictSection):
+    """The whole pipeline configuration; see `configs/local.yaml` for every key."""
+
+    pipeline: PipelineSection = Field(default_factory=PipelineSection)
+    data: DataSection = Field(default_factory=DataSection)
+    model: ModelSection = Field(default_factory=ModelSection)
+    trainer: TrainerSection = Field(default_factory=TrainerSection)
+    evaluator: EvaluatorSection = Field(default_factory=EvaluatorSection)
+    infra: InfraSection = Field(default_factory=InfraSection)
+    pusher: PusherSection = Field(default_factory=PusherSection)
+    export: ExportSection = Field(default_factory=ExportSection)
+    tflite: TFLiteSection = Field(default_factory=TFLiteSection)
+    tracking: TrackingSection = Field(default_factory=TrackingSection)
+    serving: ServingSection = Field(default_factory=ServingSection)
+    monitor: MonitorSection = Field(default_factory=MonitorSection)
+    kubernetes: KubernetesSection = Field(default_factory=KubernetesSection)
+    # The data pipeline.name and pusher.model_name were named after, when the config file
+    # and --set gave neither (load_config below); None when they were given.
+    _named_after: str | None = PrivateAttr(default=None)
+
+    @property
+    def named_after(self) -> str | None:
+        """The data source the pipeline and model were named after, or None."""
+        return self._named_after
+
+    def name_after(self, source: str) -> None:
+        """Record that the names came from `source` (load_config does it)."""
+        self._named_after = source
+
+    @property
+    def run_names(self) -> tuple[str, str]:
+        """(pipeline.name, pusher.model_name): the MLflow experiment's and the model's."""
+        return self.pipeline.name, self.pusher.model_name
+
+    def trainer_custom_config(self) -> dict[str, Any]:
+        """The JSON-able dict the Trainer's run_fn receives as `custom_config`: each section
+        of `TrainerConfig` with the keys that section declares (of `data`, the Trainer's)."""
+        return {
+            name: getattr(self, name).model_dump(include=set(field.annotation.model_fields))
+            for name, field in TrainerConfig.model_fields.items()
+        }
 
 
 class ConfigError(ValueError):
@@ -63,7 +126,7 @@ def load_config(path: str | os.PathLike | None = None, overrides: list[str] = ()
     When neither names `pipeline.name` or `pusher.model_name` (absent or null), they are
     named after the data: `data` (the `--data` of a command), else `data.source`
     (`names_for_data`; `config.named_after` records it). A distilled run's names get
-    `-student` (pipelines/distill.py `name_the_student`).
+    `-student` (pipelines/sections.py `name_the_student`).
 
     Raises ConfigError with a one-line message naming the file or key.
     """

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import os
 
-from components.core.config import Config
 from components.errors import UsageError
 from components.ingest.selection import DataSelection
+from pipelines.config import Config
 from pipelines.workspace import Workspace
 
 
@@ -43,16 +43,16 @@ def resolve_data(config: Config, workspace: Workspace, data_arg: str | None) -> 
 
 def _select(config: Config, workspace: Workspace, source: str) -> DataSelection:
     """The selection of `source`, listed (raises what `select_data` raises)."""
-    from components.core.config import BUILTIN_DIGITS, SYNTHETIC_VOLUMES
+    from components.ingest.builtin_digits import export_digits
+    from components.ingest.config import BUILTIN_DIGITS, SYNTHETIC_VOLUMES
     from components.ingest.selection import select_folder
     from components.ingest.spans import select_data
-    from pipelines.datasets import export_digits
 
     if source == BUILTIN_DIGITS:
         return select_folder(export_digits(workspace.builtin_data_dir,
                                            config.data.builtin_per_class))
     if source == SYNTHETIC_VOLUMES:
-        from pipelines.volumes import export_volumes
+        from components.ingest.synthetic_volumes import export_volumes
 
         # Cubes of the model's slice size (auto: 16x16x16): depth = height.
         size = config.model.input_size

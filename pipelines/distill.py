@@ -1,13 +1,13 @@
 """`trainer.distill` around the pipeline: the student's own names, the champion resolved to
 its folder, and the teacher checked before the Ingest.
 
-- Names (`name_the_student`, applied by `load_config`): a distilled run is published under
-  its own model name so that the teacher keeps serving. When `trainer.distill.
-  teacher_model_name` is empty or equals `pusher.model_name`, the run's `pusher.model_name`
-  and `pipeline.name` get `-student` (digits -> digits-student, mptfx-digits ->
-  mptfx-digits-student): the student has its own serving folder, MLflow registered model,
-  TF Lite folder and pipeline, so its Evaluator's baseline is its own latest blessed model,
-  never the teacher.
+- Names (`name_the_student` in pipelines/sections.py, applied by `load_config`): a
+  distilled run is published under its own model name so that the teacher keeps serving.
+  When `trainer.distill.teacher_model_name` is empty or equals `pusher.model_name`, the
+  run's `pusher.model_name` and `pipeline.name` get `-student` (digits -> digits-student,
+  mptfx-digits -> mptfx-digits-student): the student has its own serving folder, MLflow
+  registered model, TF Lite folder and pipeline, so its Evaluator's baseline is its own
+  latest blessed model, never the teacher.
 - `champion` is the version the teacher's serving folder labels `stable` (which is what the
   MLflow registry aliases `champion`); without a serving folder, the MLflow registry's
   champion alias names it.
@@ -23,31 +23,10 @@ from __future__ import annotations
 import os
 from typing import Any, TextIO
 
-from components.core.config import Config
 from components.errors import UsageError
+from pipelines.config import Config
 
-STUDENT_SUFFIX = "-student"
 _KEY = "trainer.distill.teacher"
-
-
-def name_the_student(tree: dict[str, Any]) -> None:
-    """In a config tree whose names are filled in: `-student` on the run's model and
-    pipeline names when the teacher's model name is the run's own (see the module doc)."""
-    sections = [tree.get(name) for name in ("trainer", "pusher", "pipeline")]
-    if not all(isinstance(section, dict) for section in sections):
-        return  # validation names the section that is not a mapping
-    trainer, pusher, pipeline = sections
-    distill = trainer.get("distill")
-    if not isinstance(distill, dict) or not distill.get("teacher"):
-        return
-    own_name = pusher.get("model_name")
-    teacher_name = distill.get("teacher_model_name") or own_name
-    if not isinstance(own_name, str) or teacher_name != own_name:
-        return
-    trainer["distill"] = {**distill, "teacher_model_name": teacher_name}
-    tree["pusher"] = {**pusher, "model_name": f"{own_name}{STUDENT_SUFFIX}"}
-    if isinstance(pipeline.get("name"), str):
-        tree["pipeline"] = {**pipeline, "name": f"{pipeline['name']}{STUDENT_SUFFIX}"}
 
 
 def teacher_model_name(config: Config) -> str:

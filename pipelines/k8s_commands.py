@@ -23,7 +23,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from components.core.config import Config
 from components.core.text import one_line
 from components.errors import (
     EXIT_INTERRUPTED,
@@ -31,6 +30,7 @@ from components.errors import (
     EXIT_PIPELINE_FAILED,
     UsageError,
 )
+from pipelines.config import Config
 
 
 def make_clients(in_cluster: bool = False, context: str | None = None) -> tuple[Any, Any, Any]:

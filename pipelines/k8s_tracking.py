@@ -21,8 +21,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, TextIO
 
-from components.core.config import Config
 from components.run_summary import SUMMARY_FILE, RunSummary
+from pipelines.config import Config
 
 ORCHESTRATOR = "kubernetes"
 
@@ -52,7 +52,8 @@ def open_run_for_pods(config: Config, workspace_root: Path, run_id: str,
     pods_uri = config.kubernetes.tracking_uri
     try:
         # Its warnings are printed once, by record_run after the run.
-        store = tracking.resolve_store(config, workspace_root, io.StringIO())
+        store = tracking.resolve_store(config.tracking, config.run_names, workspace_root,
+                                       io.StringIO())
         if store.uri != pods_uri:
             raise ValueError(f"the pods' MLflow server kubernetes.tracking_uri "
                              f"{redact(pods_uri)} is not where this run is recorded "
@@ -126,7 +127,7 @@ def record_run(
     summary = build_summary(nodes, timings, base, model_name=config.model.name)
     summary.write()
     try:
-        store = tracking.resolve_store(config, workspace_root, out)
+        store = tracking.resolve_store(config.tracking, config.run_names, workspace_root, out)
     except Exception as error:  # tracking.required with the server down: say so, keep going
         print(f"mptfx: warning: run {report.run_id} not tracked: {one_line(error)}",
               file=out, flush=True)

@@ -20,7 +20,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from components.core.config import Config
+from pipelines.config import Config
 
 _QUANTITY = re.compile(r"^([0-9.]+)([a-zA-Z]*)$")
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}

@@ -24,7 +24,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from components.core.config import Config
+from pipelines.config import Config
 
 
 def _pid_alive(pid: int) -> bool:

@@ -152,7 +152,9 @@ def _record_in_mlflow(config: Any, workspace_root: Path, judgement: Any, report:
     from components.core.text import one_line
     from components.tracking.monitoring import record_monitoring
 
-    store = tracking.resolve_store(config, workspace_root, sys.stderr)  # exit 2 if required
+    # exit 2 if required
+    store = tracking.resolve_store(config.tracking, config.run_names, workspace_root,
+                                   sys.stderr)
     try:
         runs = record_monitoring(store, config.pusher.model_name, judgement.verdicts,
                                  judgement.until, str(report))

@@ -34,7 +34,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from components.core.config import Config
 from components.core.text import one_line
 from components.errors import EXIT_OK, EXIT_PIPELINE_FAILED, EXIT_USAGE, UsageError
 from components.pod_env import (
@@ -44,6 +43,7 @@ from components.pod_env import (
     is_chief,
     read_tf_config,
 )
+from pipelines.config import Config
 
 # Tests only: "host:port=127.0.0.1:port,..." maps the Service DNS names of the Indexed Job's
 # pods to local processes, so two processes on one machine can stand in for two pods.

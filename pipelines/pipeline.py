@@ -14,7 +14,6 @@ import json
 import tensorflow_model_analysis as tfma
 from tfx import v1 as tfx
 
-from components.core.config import Config
 from components.examples_format import EVAL_SPLIT, LABEL_KEY, MASK_KEY
 from components.infra.component import InfraValidator
 from components.ingest.beam_ingest import LOCAL_INGEST_BEAM_ARGS
@@ -25,6 +24,7 @@ from components.tflite.component import TFLiteExport
 from components.validation.gate import DataValidationGate
 from models import SEGMENTATION
 from models.user_module import stage_module_file
+from pipelines.config import Config
 from pipelines.distill import resolve_teacher
 from pipelines.workspace import Workspace
 

@@ -26,9 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from components.core.config import Config
 from components.core.text import one_line
 from components.errors import EXIT_OK, UsageError
+from pipelines.config import Config
 
 SCHEMA_FILE = "schema.pbtxt"
 

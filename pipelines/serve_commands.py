@@ -26,9 +26,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from components.core.config import Config
 from components.errors import EXIT_OK, EXIT_PIPELINE_FAILED, UsageError
 from pipelines import serve_rollout
+from pipelines.config import Config
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -84,7 +84,7 @@ def register(commands: Any) -> None:
 
 def _open(args: argparse.Namespace) -> tuple[Any, Any, Any]:
     """The config, the ServingTarget and the RegistryView the verbs work on."""
-    from components.serving.rollout import RegistryView, ServingTarget
+    from components.serving.rollout import ServingTarget
     from components.tracking.reader import open_reader, sqlite_path
     from components.tracking.store import (
         is_local_uri,
@@ -94,6 +94,7 @@ def _open(args: argparse.Namespace) -> tuple[Any, Any, Any]:
         require_reachable,
     )
     from pipelines.config import ConfigError, load_config
+    from pipelines.rollout_verbs import RegistryView
 
     try:
         config = load_config(args.config, args.set or [])
@@ -146,7 +147,7 @@ def _route_weight(args: argparse.Namespace, config: Config, labels: Any, route: 
 
 
 def _run_verb(args: argparse.Namespace, config: Config, target: Any, registry: Any) -> int:
-    from components.serving import rollout
+    from pipelines import rollout_verbs as rollout
     from pipelines.kubernetes.objects import write_manifests
     from pipelines.kubernetes.serving import ROUTE_FILE, ROUTE_HEADER, render_http_route
 
@@ -227,8 +228,8 @@ def _run_check(args: argparse.Namespace, target: Any) -> int:
 def command_serve(args: argparse.Namespace) -> int:
     """`mptfx serve ACTION`."""
     from components.serving.models_config import ModelsConfigError
-    from components.serving.rollout import check_and_repair
     from pipelines.console import quiet_tensorflow
+    from pipelines.rollout_verbs import check_and_repair
 
     # Before TensorFlow and MLflow are imported: a refusal must be the only line printed.
     quiet_tensorflow()

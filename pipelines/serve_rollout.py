@@ -17,8 +17,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from components.core.config import Config
 from components.errors import EXIT_OK, UsageError
+from pipelines.config import Config
 
 
 def add_actions(actions: Any) -> None:
@@ -111,8 +111,8 @@ def _recorder_factory(args: argparse.Namespace, config: Config, registry: Any):
 def run_rollout_command(args: argparse.Namespace, config: Config, target: Any,
                         registry: Any) -> int:
     """`mptfx serve rollout`: lines on stdout, the verdict's line on stderr unless promoted."""
-    from components.serving import rollout
     from components.serving.prometheus import Prometheus
+    from pipelines import rollout_verbs as rollout
     from pipelines.canary_rollout import PROMOTED, outcome_line, run_rollout
 
     settings = config.serving.analysis

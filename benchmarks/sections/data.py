@@ -64,14 +64,14 @@ def _prepare(ctx: Context) -> dict[str, Any] | None:
 
 def pipeline_defaults() -> dict[str, Any]:
     """The model and trainer settings `mptfx run` uses by default."""
-    from components.core.config import Config
+    from components.trainer.config import ModelSection, TrainerSection
 
-    config = Config()
+    model, trainer = ModelSection(), TrainerSection()
     return {
-        "model": config.model.name,
-        "input_size": list(config.model.input_size),
-        "batch_size": config.trainer.batch_size,
-        "precision": config.trainer.precision,
-        "xla": config.trainer.xla,
-        "epochs": config.trainer.epochs,
+        "model": model.name,
+        "input_size": list(model.input_size),
+        "batch_size": trainer.batch_size,
+        "precision": trainer.precision,
+        "xla": trainer.xla,
+        "epochs": trainer.epochs,
     }

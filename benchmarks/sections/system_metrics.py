@@ -53,10 +53,11 @@ class SystemMetrics(DataSection):
     tasks = (SYSTEM_METRICS,)
 
     def run(self, ctx: Context) -> None:
-        from components.core.config import Config
+        from components.tracking.config import TrackingSection
+        from components.trainer.config import ModelSection, TrainerSection
 
-        config = Config()
-        interval = config.tracking.system_metrics_interval_seconds
+        model, trainer = ModelSection(), TrainerSection()
+        interval = TrackingSection().system_metrics_interval_seconds
 
         # Short windows, many rounds: on a shared machine the load moves within seconds, and
         # only windows close in time compare; each window still spans a sampling interval.
@@ -64,9 +65,9 @@ class SystemMetrics(DataSection):
         window = max(1.25 * interval, 2.5)
         params = MonitoringParams(
             # "auto" as configured: the worker resolves it for the digits, as a run does.
-            data=ctx.data["replicated"], model_name=config.model.name,
-            input_size=config.model.input_size,
-            batch_size=int(config.trainer.batch_size) if config.trainer.batch_size != "auto"
+            data=ctx.data["replicated"], model_name=model.name,
+            input_size=model.input_size,
+            batch_size=int(trainer.batch_size) if trainer.batch_size != "auto"
             else 32,
             precision="float32", xla=False, rounds=rounds, window_seconds=window,
             sampling_interval=interval, store_dir=str(ctx.bench_dir / "system-metrics"))

@@ -1,7 +1,8 @@
-"""The leaf every layer shares: the first line of an error (`text`), the typed pipeline
-configuration (`config`) and versioned publication with pruning (`publish`).
+"""The base every package shares: the base of every config section and its one-line error
+(`sections`), the first line of an error (`text`) and versioned publication with pruning
+(`publish`).
 
-It imports nothing from the rest of mptfx but the Trainer's and the monitor's config schemas
-(leaves themselves), so components/, models/ and pipelines/ may all import it
+It imports no other package of components/ (only the components/*.py leaves), so every
+package of components/, models/ and pipelines/ may import it
 (tests/unit/test_import_layers.py).
 """

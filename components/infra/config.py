@@ -14,7 +14,7 @@ import re
 
 from pydantic import Field, field_validator
 
-from components.trainer.config import StrictSection
+from components.core.sections import StrictSection
 
 # A Kubernetes quantity of bytes: 4Gi, 512Mi, 2G, 1500000000.
 _QUANTITY = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(Ki|Mi|Gi|Ti|k|M|G|T)?$")

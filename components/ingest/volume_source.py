@@ -13,7 +13,7 @@ the Evaluator slices Dice by):
 
 NIfTI (`.nii`, `.nii.gz`) is read with nibabel in the file's voxel order (no reorientation).
 Each volume is scaled to 0-255 by its own min/max and written as the synthetic volumes
-are (pipelines/volumes.py): a PNG of the D slices stacked vertically, `depth`, and the
+are (synthetic_volumes.py): a PNG of the D slices stacked vertically, `depth`, and the
 D*H*W mask voxels. A pair that cannot be used -- a missing mask, an unreadable file,
 shapes that differ, not 3D, too many voxels, a side under 8 -- is quarantined with its
 reason, like a corrupt image; splits are by the volume's relative path hash.

@@ -14,8 +14,8 @@ from pathlib import Path
 
 from pydantic import Field, field_validator
 
+from components.core.sections import StrictSection
 from components.monitor.features import CATEGORICAL_FEATURES, FEATURES
-from components.trainer.config import StrictSection
 
 
 def _not_blank(key: str, value: str) -> str:

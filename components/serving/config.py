@@ -1,4 +1,6 @@
-"""`serving.analysis`: how `mptfx serve rollout` judges a canary (docs/guide/canary.md).
+"""`serving`: the serving package's keys (`ServingSection`: gateway, canary weight, alert
+budgets) and `serving.analysis`, how `mptfx serve rollout` judges a canary
+(docs/guide/canary.md). pipelines/sections.py adds the monitor's `request_log`.
 
 The rollout steps the HTTPRoute's canary weight through `steps`; at each step it waits
 `interval` seconds, then asks Prometheus about the last `interval` seconds of the canary's
@@ -18,7 +20,7 @@ from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator
 
-from components.trainer.config import StrictSection
+from components.core.sections import StrictSection
 
 
 class AnalysisSection(StrictSection):
@@ -76,3 +78,19 @@ class AnalysisSection(StrictSection):
     def window(self) -> str:
         """The PromQL range of one check: the last `interval` seconds."""
         return f"{max(1, round(self.interval))}s"
+
+
+class ServingSection(StrictSection):
+    """Traffic split and monitoring around TF Serving (`mptfx serve`, components/serving/);
+    pipelines/sections.py adds the monitor's `request_log` to it."""
+
+    # The Gateway API Gateway the rendered HTTPRoute attaches to ("" namespace = the route's).
+    gateway: str = "mptfx-gateway"
+    gateway_namespace: str = ""
+    # `mptfx serve canary VERSION` without --weight: this percentage of predict requests.
+    canary_weight: int = Field(10, ge=0, le=100)
+    # PrometheusRule alerts: p99 request latency above this, error ratio above max_error_rate.
+    p99_latency_budget_ms: float = Field(250.0, gt=0)
+    max_error_rate: float = Field(0.01, gt=0, le=1)
+    # `mptfx serve rollout`: the automatic canary analysis (AnalysisSection above).
+    analysis: AnalysisSection = Field(default_factory=AnalysisSection)

@@ -1,6 +1,6 @@
 """MLflow tracking for mptfx, behind two calls the CLI makes around a pipeline run.
 
-    store = tracking.resolve_store(config, workspace.root, out)   # before anything trains
+    store = tracking.resolve_store(config.tracking, names, workspace.root, out)  # first
     warm = tracking.prepare(store, run_id)                        # the store and the run
     with tracking.trainer_handoff(warm, interval): ...            # the Trainer runs
     tracking.log_run(store, summary, out, warm)                   # after summary.json
@@ -26,11 +26,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, TextIO
 
-from components.core.config import Config
 from components.core.text import one_line
 from components.redact import redact
 from components.run_summary import RunSummary
 from components.tracking import store as store_lib
+from components.tracking.config import TrackingSection
 from components.tracking.live_run import PreparedRun, ended_on_crash, trainer_handoff
 from components.tracking.store import TrackingStore, is_local_uri, server_host
 
@@ -42,14 +42,15 @@ __all__ = ["PreparedRun", "TrackingStore", "ended_on_crash", "log_run", "prepare
 PREPARE_WAIT_SECONDS = 300.0
 
 
-def resolve_store(config: Config, workspace_root: Path, out: TextIO) -> TrackingStore:
+def resolve_store(section: TrackingSection, names: tuple[str, str], workspace_root: Path,
+                  out: TextIO) -> TrackingStore:
     """Where this run will be recorded; prints the one warning when the server is down.
+    `names`: (pipeline.name, pusher.model_name), the experiment's and the model's.
 
     Raises TrackingServerUnreachable (a UsageError, exit 2, naming the host) when the server
     does not answer and `tracking.required` is true.
     """
-    store = store_lib.resolve_store(config.tracking, config.pipeline.name,
-                                    config.pusher.model_name, Path(workspace_root))
+    store = store_lib.resolve_store(section, *names, Path(workspace_root))
     if store.is_fallback:
         print(store.fallback_warning(), file=out, flush=True)
     return store

@@ -25,6 +25,7 @@ from typing import Any
 
 from components.errors import UsageError
 from components.redact import redact_text, with_credentials
+from components.tracking.config import TrackingSection
 
 LOCAL_DB_NAME = "mlflow.db"
 LOCAL_ARTIFACTS_DIR = "mlartifacts"
@@ -177,7 +178,7 @@ def _reason(error: Any, timeout: float) -> str:
 
 
 def resolve_store(
-    tracking: Any,
+    tracking: TrackingSection,
     pipeline_name: str,
     model_name: str,
     workspace: Path,

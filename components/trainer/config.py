@@ -1,6 +1,6 @@
 """The Trainer's configuration schema: the sections `run_fn` reads from `custom_config`.
 
-The pipeline's `Config` (components/core/config.py) composes these sections, and `run_fn`
+The pipeline's `Config` (pipelines/config.py) composes these sections, and `run_fn`
 validates its `custom_config` with the same classes, so a key has one default and one
 check whether it comes from `--set` or reaches TFX as JSON. A key added here reaches
 `run_fn` with its default; `configs/local.yaml` lists every one of them.
@@ -17,14 +17,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    ValidationError,
-    ValidationInfo,
-    field_validator,
-)
+from pydantic import Field, ValidationError, ValidationInfo, field_validator
+
+from components.core.sections import StrictSection, describe_validation_error
 
 # Decoded examples are kept in memory when they take at most this much (trainer.cache_max_mb).
 DEFAULT_CACHE_MAX_MB = 1024
@@ -32,14 +27,6 @@ AUTO = "auto"
 # trainer.distill.teacher: the champion of the teacher's model name.
 CHAMPION = "champion"
 SERVING_PRECISIONS = ("float32", "mixed")
-
-
-class StrictSection(BaseModel):
-    """A config section that refuses unknown keys and coerces nothing."""
-
-    # strict=True: YAML `true` is not the int 1, nor "3" the int 3 (a float field still
-    # takes an int, as JSON Schema's number does).
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, strict=True)
 
 
 class DataSection(StrictSection):
@@ -338,19 +325,3 @@ class TrainerConfig(StrictSection):
             raise ValueError(f"Trainer custom_config: {describe_validation_error(error)}") \
                 from None
 
-
-def key_path(loc: tuple) -> list[str]:
-    """The config key of a pydantic error location, without union member tags."""
-    # A union (e.g. trainer.batch_size: int >= 1 | "auto") adds the member's tag to the
-    # location ('constrained-int', "literal['auto']"); config keys never contain - or [.
-    return [str(part) for part in loc if not set(str(part)) & set("-[")]
-
-
-def describe_validation_error(error: ValidationError) -> str:
-    """The first error in one line: the dotted key, what was wrong and the value received."""
-    first = error.errors()[0]
-    key = ".".join(key_path(first["loc"]))
-    if first["type"] == "extra_forbidden":
-        return f"unknown config key {key!r}"
-    received = first.get("input")
-    return f"bad value for config key {key!r}: {first['msg']} (received {received!r})"

@@ -28,7 +28,6 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from components.core.config import Config
 from components.trainer.lint import MixedPrecisionLintError, check_mixed_precision
 from components.trainer.precision import find_recurrent_layers, recurrent_precision_warning
 from models.registry import SEGMENTATION, WEIGHTS_PARAM
@@ -160,33 +159,3 @@ def _reason(error: BaseException) -> str:
     reason = lines[0] if lines else type(error).__name__
     return f"{type(error).__name__}: {reason[:300]}"
 
-
-def check_configured_model(config: Config) -> list[str]:
-    """`check_model_file` for a pipeline config's `model.module_file` (no-op without one).
-
-    The policy is what the Trainer resolves from `trainer.precision` on this machine; the
-    input is `model.input_size` (32x32 for "auto", which the data decides; 16x16 for a
-    segmentation model) with `data.channels` (1 for "auto", the Ingest decides), and for
-    segmentation a cube of the slice height in depth, as synthetic volumes are.
-
-    Raises:
-        UserModelError: as `check_model_file`.
-    """
-    from components.trainer.precision import describe_devices, resolve_precision_policy
-
-    model = config.model
-    if not model.module_file:
-        return []
-    policy, _ = resolve_precision_policy(
-        config.trainer.precision, describe_devices(), config.trainer.prefer_bfloat16
-    )
-    size = model.input_size
-    if size == "auto":
-        size = AUTO_CHECK_SIZE if model.task != SEGMENTATION else (16, 16)
-    height, width = (int(v) for v in size)
-    channels = 1 if config.data.channels == "auto" else int(config.data.channels)
-    shape = (height, width, channels)
-    if model.task == SEGMENTATION:
-        shape = (height, height, width, channels)
-    return check_model_file(model.module_file, model.builder, model.task, model.params, shape,
-                            policy, config.trainer.recurrent_precision)

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
-from components.core.config import Config
+from pipelines.config import Config
 from pipelines.kubernetes.api import KubernetesError, api_call, read_json
 from pipelines.kubernetes.ir import NodePlan
 from pipelines.kubernetes.manifests import (

@@ -13,8 +13,8 @@ from typing import Any
 
 import yaml
 
-from components.core.config import Config
 from components.errors import EXIT_OK, UsageError
+from pipelines.config import Config
 from pipelines.kubernetes.api import KubernetesError
 from pipelines.kubernetes.driver import KubernetesRunner
 from pipelines.kubernetes.manifests import config_map, driver_job

@@ -6,9 +6,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from components.core.config import Config
 from components.core.text import one_line
 from components.errors import UsageError
+from pipelines.config import Config
 
 TRAINER_NODE = "Trainer"
 IR_DIR = "_mptfx"

@@ -9,9 +9,9 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from components.core.config import Config
 from components.errors import EXIT_USAGE
 from components.pod_env import PASSWORD_ENV
+from pipelines.config import Config
 from pipelines.kubernetes.infra_sidecar import INFRA_NODE, add_tf_serving_sidecar
 from pipelines.kubernetes.ir import NodePlan
 from pipelines.kubernetes.objects import (

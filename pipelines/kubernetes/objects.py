@@ -17,7 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from components.core.config import KubernetesSection
+from pipelines.sections import KubernetesSection
 
 IMAGE_UID = 10001  # the non-root user and group of the Dockerfile (USER 10001:10001)
 APP_NAME = "mptfx"

@@ -22,8 +22,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from components.core.config import Config
 from components.serving.config import AnalysisSection
+from pipelines.config import Config
 from pipelines.kubernetes import objects
 from pipelines.kubernetes.serving import SERVICE_NAME
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from components.core.config import Config
+from pipelines.config import Config
 from pipelines.kubernetes.objects import app_labels, metadata, write_manifests
 
 GATEWAY_API_VERSION = "gateway.networking.k8s.io/v1"

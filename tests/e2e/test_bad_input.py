@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from pipelines.datasets import export_digits
+from components.ingest.builtin_digits import export_digits
 
 EXIT_PIPELINE_FAILED, EXIT_USAGE = 1, 2
 

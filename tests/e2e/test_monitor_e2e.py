@@ -63,8 +63,8 @@ def _read_split(examples_uri: str, split: str) -> list[bytes]:
 @pytest.fixture(scope="module")
 def deployed(tmp_path_factory):
     """A workspace whose version 1 was trained on span-1 and pushed (stable)."""
+    from components.ingest.builtin_digits import export_digits
     from pipelines.api import run_pipeline
-    from pipelines.datasets import export_digits
 
     root = tmp_path_factory.mktemp("monitor")
     every = export_digits(root / "all")

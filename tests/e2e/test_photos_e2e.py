@@ -60,7 +60,7 @@ def test_the_photo_folder_is_rgb_jpeg(photos_run):
 
 
 def test_photos_train_bless_push_and_publish_every_tflite_variant(photos_run):
-    from components.core.config import TFLiteSection
+    from components.tflite.config import TFLiteSection
 
     _, result = photos_run
     assert result.returncode == 0, result.stderr[-3000:]

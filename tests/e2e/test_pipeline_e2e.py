@@ -22,8 +22,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from components.ingest.builtin_digits import export_digits
 from components.run_summary import RunSummary
-from pipelines.datasets import export_digits
 from tests.conftest import REPO, RUN_DIR, CliResult
 
 pytestmark = pytest.mark.e2e

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.datasets import export_digits
+from components.ingest.builtin_digits import export_digits
 from tests.conftest import RUN_DIR
 from tests.ports import free_port
 

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from components.ingest.builtin_digits import export_digits
 from components.run_summary import RunSummary
-from pipelines.datasets import export_digits
 from tests.conftest import RUN_DIR
 
 pytestmark = pytest.mark.e2e

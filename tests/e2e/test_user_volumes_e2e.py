@@ -1,9 +1,10 @@
 """End to end: a user's own volume/mask pairs (.npy and .nii.gz) train the 3D U-Net.
 
 The folder holds 40 cubes as `.npy` pairs and 40 spheres as NIfTI `.nii.gz` pairs (the
-synthetic shapes of pipelines/volumes.py, saved as a user would save real scans, CT-like
-int16 intensities), one volume without its mask and one whose mask has another shape. The
-real `mptfx run` ingests them (quarantining the two), trains unet3d and gates it on Dice.
+synthetic shapes of components/ingest/synthetic_volumes.py, saved as a user would save
+real scans, CT-like int16 intensities), one volume without its mask and one whose mask has
+another shape. The real `mptfx run` ingests them (quarantining the two), trains unet3d and
+gates it on Dice.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipelines.volumes import generate_volumes
+from components.ingest.synthetic_volumes import generate_volumes
 
 pytestmark = pytest.mark.e2e
 

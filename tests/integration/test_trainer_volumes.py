@@ -44,7 +44,7 @@ def _serialized(file_patterns: list[str]) -> list[bytes]:
 def volumes_uri(tmp_path_factory) -> str:
     """Synthetic 8x8x8 volumes through the real ingest."""
     from components.ingest.ingest import ingest
-    from pipelines.volumes import export_volumes
+    from components.ingest.synthetic_volumes import export_volumes
 
     root = tmp_path_factory.mktemp("volumes")
     source = export_volumes(root / "source", per_class=12, shape=(8, 8, 8))

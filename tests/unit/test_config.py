@@ -2,8 +2,7 @@
 
 import pytest
 
-from components.core.config import Config, names_for_data
-from pipelines.config import ConfigError, load_config, parse_override
+from pipelines.config import Config, ConfigError, load_config, names_for_data, parse_override
 
 
 def test_defaults_match_the_shipped_local_yaml():

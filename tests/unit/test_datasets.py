@@ -2,7 +2,7 @@
 
 from PIL import Image
 
-from pipelines.datasets import export_digits
+from components.ingest.builtin_digits import export_digits
 
 
 def test_exports_one_folder_per_class_of_8x8_grayscale_pngs(tmp_path):

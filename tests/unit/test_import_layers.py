@@ -11,7 +11,12 @@ package's `__init__` closes a cycle.
 
 The rules:
 - no module imports a `_private` name (or reads `module._private`) from another module;
-- no import cycle among our modules;
+- no import cycle among our modules, nor among our packages (each `components/<pkg>/`,
+  the `components/*.py` leaves, models/, pipelines/, benchmarks/, tools/): a package may
+  depend on another only one way round;
+- components/core/ imports no other component package, and each package of components/
+  (and models/) imports only the sibling packages `COMPONENT_IMPORTS` lists, which is the
+  table "Which package may import which, and why" of docs/ARCHITECTURE.md;
 - components/ and models/ import nothing from pipelines/ or benchmarks/ (the layers above);
 - nothing that is installed (pipelines/, components/, models/, benchmarks/) imports the
   developer lab under tools/ (run from the checkout; not in the wheel or the image).
@@ -20,6 +25,7 @@ The rules:
 from __future__ import annotations
 
 import ast
+import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,6 +36,29 @@ UPPER_LAYERS = ("pipelines", "benchmarks")
 INSTALLED = ("pipelines", "components", "models", "benchmarks")
 CHECKOUT_ONLY = ("tools",)
 IMPORT_BY_NAME = ("importlib.import_module", "import_module", "__import__")
+ARCHITECTURE = REPO / "docs" / "ARCHITECTURE.md"
+PACKAGE_TABLE = "### Which package may import which, and why"
+# The base every component package and models/ may import: components/core/ and the
+# components/*.py leaves (node "components"). Anything else a package of components/ or
+# models/ imports from components/ or models/ is listed here, with the reason in the table.
+BASE = {"components", "components.core"}
+COMPONENT_IMPORTS: dict[str, set[str]] = {
+    "components": set(),
+    "components.core": set(),
+    "components.ingest": set(),
+    "components.serving": set(),
+    "components.validation": set(),
+    "components.monitor": {"components.serving"},
+    "components.pusher": {"components.serving"},
+    "components.tracking": {"components.serving"},
+    "components.tflite": {"components.trainer"},
+    "components.infra": {"components.serving", "components.trainer"},
+    "components.trainer": {"components.monitor", "components.serving", "components.tracking",
+                           "models"},
+    "components.predict": {"components.ingest", "components.serving", "components.tflite",
+                           "components.trainer"},
+    "models": set(),
+}
 
 
 @dataclass
@@ -195,10 +224,73 @@ def _describe_cycle(cycle: list[str], edges: dict[str, dict[str, int]]) -> str:
     return "; ".join(arrows)
 
 
+def package_of(module: str, root: Path) -> str:
+    """The package node of a module: `components.<pkg>` for a package of components/,
+    `components` for the components/*.py leaves, else the top-level package."""
+    parts = module.split(".")
+    if parts[0] == "components" and len(parts) > 1 and (root / "components" / parts[1]).is_dir():
+        return f"components.{parts[1]}"
+    return parts[0]
+
+
+def package_edges(graph: ImportGraph, root: Path) -> dict[str, dict[str, str]]:
+    """package -> {package it imports: the first `module:line -> target` that does}."""
+    edges: dict[str, dict[str, str]] = {}
+    for module, targets in sorted(graph.edges.items()):
+        source = package_of(module, root)
+        found = edges.setdefault(source, {})
+        for target, line in sorted(targets.items()):
+            imported = package_of(target, root)
+            if imported != source:
+                found.setdefault(imported, f"{module}:{line} -> {target}")
+    return edges
+
+
+def unlisted_imports(edges: dict[str, dict[str, str]],
+                     allowed: dict[str, set[str]]) -> list[str]:
+    """Every arrow from a listed package into components/ or models/ that is neither the
+    base nor in its allow-list (a package not listed at all may import nothing beyond it)."""
+    found = []
+    for source, targets in sorted(edges.items()):
+        if source not in allowed:
+            continue
+        for target, example in sorted(targets.items()):
+            lower = target.split(".")[0] in LOWER_LAYERS
+            base = BASE if source != "components" else set()
+            if lower and target not in base | allowed[source]:
+                found.append(f"{source} -> {target} ({example})")
+    return found
+
+
+def documented_imports(text: str) -> dict[str, set[str]]:
+    """The allow-list as docs/ARCHITECTURE.md's table states it: package -> the packages
+    its second column names (`components/x/` -> components.x, `models/` -> models), less
+    the base (`components/core/`, `components/*.py`), which the table may name too."""
+    def node(name: str) -> str:
+        name = name.strip("/")
+        return "components" if name == "components/*.py" else name.replace("/", ".")
+
+    section = text.split(PACKAGE_TABLE, 1)[1].split("\n#", 1)[0]
+    table = {}
+    for row in section.splitlines():
+        cells = [cell.strip() for cell in row.strip().strip("|").split("|")]
+        if len(cells) < 3 or not cells[0].startswith("`"):
+            continue
+        named = {node(name) for name in cells[1].split("`")[1::2]}
+        table[node(cells[0].strip("`"))] = named - BASE
+    return table
+
+
 # --- the project's own code ---------------------------------------------------------------
 
+@functools.cache
+def project_graph() -> ImportGraph:
+    """The graph of this checkout, read once for all the tests below (none changes it)."""
+    return build_graph(REPO, PACKAGES)
+
+
 def test_the_graph_covers_every_package_and_sees_imports_inside_functions():
-    graph = build_graph(REPO, PACKAGES)
+    graph = project_graph()
     assert {name.split(".")[0] for name in graph.files} == set(PACKAGES)
     assert len(graph.files) > 100
     # cli imports its command modules; retrain imports run_command inside a function.
@@ -207,14 +299,14 @@ def test_the_graph_covers_every_package_and_sees_imports_inside_functions():
 
 
 def test_no_module_imports_a_private_name_of_another():
-    graph = build_graph(REPO, PACKAGES)
+    graph = project_graph()
     assert graph.private_uses == [], (
         "private names imported across modules; give them a public name in the module "
         "that owns them:\n  " + "\n  ".join(graph.private_uses))
 
 
 def test_there_is_no_import_cycle():
-    graph = build_graph(REPO, PACKAGES)
+    graph = project_graph()
     # A module imported by a computed name is an arrow this test cannot see: import it by
     # name (inside the function, if it must stay lazy) so the cycle check covers it.
     hidden = graph.hidden_imports
@@ -224,14 +316,45 @@ def test_there_is_no_import_cycle():
         + "\n  ".join(_describe_cycle(cycle, graph.edges) for cycle in cycles)
 
 
+def test_there_is_no_cycle_between_packages():
+    edges = package_edges(project_graph(), REPO)
+    cycles = import_cycles({source: dict.fromkeys(targets) for source, targets in edges.items()})
+    assert cycles == [], (
+        "packages that import each other (decide a direction; move what breaks it):\n  "
+        + "\n  ".join("; ".join(edges[a][b] for a in cycle for b in cycle if b in edges[a])
+                       for cycle in cycles))
+
+
+def test_components_core_imports_no_other_component():
+    edges = package_edges(project_graph(), REPO)
+    assert set(edges["components.core"]) <= {"components"}, edges["components.core"]
+
+
+def test_component_packages_import_only_the_siblings_listed():
+    edges = package_edges(project_graph(), REPO)
+    packages = {package_of(module, REPO) for module in discover(REPO, LOWER_LAYERS)}
+    assert packages == set(COMPONENT_IMPORTS), "list every package in COMPONENT_IMPORTS"
+    found = unlisted_imports(edges, COMPONENT_IMPORTS)
+    assert found == [], ("imports between packages that docs/ARCHITECTURE.md does not list; "
+                         "move the code, or list the arrow there and in COMPONENT_IMPORTS "
+                         "with its reason:\n  " + "\n  ".join(found))
+    unused = [f"{source} -> {target}" for source, targets in COMPONENT_IMPORTS.items()
+              for target in targets if target not in edges.get(source, {})]
+    assert unused == [], f"listed but no longer imported (drop them from both lists): {unused}"
+
+
+def test_the_architecture_table_is_the_allow_list():
+    assert documented_imports(ARCHITECTURE.read_text()) == COMPONENT_IMPORTS
+
+
 def test_components_and_models_import_nothing_from_pipelines_or_benchmarks():
-    found = upward_imports(build_graph(REPO, PACKAGES))
+    found = upward_imports(project_graph())
     assert found == [], ("components/ and models/ import from a layer above them; move what "
                          "they need down:\n  " + "\n  ".join(found))
 
 
 def test_nothing_installed_imports_the_developer_lab():
-    graph = build_graph(REPO, PACKAGES)
+    graph = project_graph()
     assert any(module.startswith("tools.lab") for module in graph.files)
     assert "benchmarks.runner" in graph.edges["tools.lab.__main__"]  # the lab reuses the bench
     found = upward_imports(graph, INSTALLED, CHECKOUT_ONLY)
@@ -276,6 +399,43 @@ def test_the_checker_finds_private_names_cycles_and_upward_imports(tmp_path):
         ["pipelines.cli", "pipelines.cmd"],
     ]
     assert upward_imports(graph) == ["components.tool:1 -> pipelines.errors"]
+
+
+def test_the_checker_finds_package_cycles_and_unlisted_sibling_imports(tmp_path):
+    _write(tmp_path, {
+        "components/__init__.py": "",
+        "components/errors.py": "",
+        "components/core/__init__.py": "",
+        "components/core/text.py": "from components import errors\n",
+        "components/a/__init__.py": "",
+        "components/a/x.py": "from components.core import text\nfrom components.b import y\n",
+        "components/b/__init__.py": "",
+        "components/b/y.py": "def f():\n    from components.a import x\n",
+        "components/c/__init__.py": "",
+        "components/c/z.py": "from components.b import y\n",
+    })
+    graph = build_graph(tmp_path, ("components",))
+    edges = package_edges(graph, tmp_path)
+
+    assert import_cycles(graph.edges) == [["components.a.x", "components.b.y"]]
+    assert import_cycles({s: dict.fromkeys(t) for s, t in edges.items()}) == [
+        ["components.a", "components.b"]]
+    allowed = {"components.a": {"components.b"}, "components.b": set(),
+               "components.c": set(), "components.core": set()}
+    assert unlisted_imports(edges, allowed) == [
+        "components.b -> components.a (components.b.y:2 -> components.a.x)",
+        "components.c -> components.b (components.c.z:1 -> components.b.y)",
+    ]
+
+
+def test_the_table_is_read_as_the_allow_list():
+    text = (f"{PACKAGE_TABLE}\n\n| package | may import | why |\n|---|---|---|\n"
+            "| `components/core/` | `components/*.py` only | the base |\n"
+            "| `components/trainer/` | `models/`, `components/serving/` | labels |\n"
+            "\n## Next\n| `components/x/` | `components/y/` | not this table |\n")
+    assert documented_imports(text) == {
+        "components.core": set(),
+        "components.trainer": {"models", "components.serving"}}
 
 
 def test_a_package_importing_its_own_submodules_is_no_cycle(tmp_path):

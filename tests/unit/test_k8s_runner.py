@@ -12,7 +12,7 @@ import io
 
 import pytest
 
-from components.core.config import Config
+from pipelines.config import Config
 from pipelines.kubernetes.api import KubernetesError
 from pipelines.kubernetes.driver import KubernetesRunner
 from pipelines.kubernetes.ir import NodePlan

@@ -146,7 +146,7 @@ def test_dice_counts_overlap_over_all_batches():
 
 
 def test_synthetic_volumes_mark_their_bright_object():
-    from pipelines.volumes import generate_volumes
+    from components.ingest.synthetic_volumes import generate_volumes
 
     volumes, masks, labels = generate_volumes(6, (16, 16, 16), seed=1)
     assert volumes.shape == masks.shape == (6, 16, 16, 16)

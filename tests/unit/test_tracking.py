@@ -10,9 +10,9 @@ import threading
 
 import pytest
 
-from components.core.config import TrackingSection
 from components.errors import UsageError
 from components.tracking import compare, content, registry, store
+from components.tracking.config import TrackingSection
 from components.tracking.model_card import render_model_card
 from pipelines import sweep
 from tests.ports import free_port

@@ -12,10 +12,9 @@ import pytest
 import yaml
 from pydantic import BaseModel, Field
 
-from components.core.config import Config
 from components.trainer import config as trainer_config
 from components.trainer.config import TrainerConfig, TrainerSection
-from pipelines.config import ConfigError, load_config
+from pipelines.config import Config, ConfigError, load_config
 from tests.trainer_testdata import fn_args_dict, make_fn_args, write_digits_examples
 
 REPO = Path(__file__).resolve().parents[2]

@@ -11,7 +11,7 @@ import tensorflow as tf
 from components.ingest.headers import SizeLimits
 from components.ingest.ingest import ingest
 from components.ingest.listing import list_data
-from pipelines.volumes import generate_volumes
+from components.ingest.synthetic_volumes import generate_volumes
 
 
 def test_npz_pairs_are_ingested_with_depth_and_mask(tmp_path):
