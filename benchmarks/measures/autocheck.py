@@ -29,7 +29,7 @@ def auto_choice(model_name: str, input_shape: Sequence[int], batch_size: int,
     import keras
     import tensorflow as tf
 
-    from benchmarks.training import synthetic_batch
+    from benchmarks.measures.training import synthetic_batch
     from components.trainer import autotune
     from components.trainer import module as trainer_module
     from components.trainer.config import LossScaleSection
