@@ -301,7 +301,7 @@ def _summarize(pipeline: Any, config: Config, run_id: str, progress: Any, base: 
                started: float, after_run: Callable[[RunSummary], None] | None,
                stage: Stage) -> RunSummary:
     """summary.json from ML Metadata and the timings, written after `after_run` saw it."""
-    from pipelines.summary import build_summary, collect_outputs
+    from pipelines.metadata_summary import build_summary, collect_outputs
 
     nodes = collect_outputs(pipeline.metadata_connection_config, config.pipeline.name, run_id)
     timings = {name: t.seconds for name, t in progress.timings.items()}

@@ -10,7 +10,7 @@ see export.py), with its Keras weights beside it (see warm_start.py).
 `custom_config` is validated with the Trainer's own schema (config.py, the classes the
 pipeline's config is made of): a missing key takes its default, a refused one is a
 ValueError naming it. The steps, top to bottom: resolve (runtime.py, tuning.py), fit
-(fit.py), export (export.py), summary (summary.py).
+(fit.py), export (export.py, serving_warmup.py), summary (training_summary.py).
 
 Under MultiWorkerMirroredStrategy every worker runs `run_fn` with the same `fn_args`; only
 the chief writes the serving model (with the monitoring reference of a classifier, see
@@ -39,8 +39,8 @@ from components.trainer.distill_run import PreparedTeacher, prepare_distillation
 from components.trainer.fit import LOG_DIR, FitResult, backup_dir_for, fit_model
 from components.trainer.input_bound import assess_training
 from components.trainer.runtime import Task, resolve_runtime, resolve_task
-from components.trainer.summary import SUMMARY_FILE, TrainingSummary
 from components.trainer.teacher import describe_model, write_model_description
+from components.trainer.training_summary import SUMMARY_FILE, TrainingSummary
 from components.trainer.tuning import TrainingChoice, choose_training
 from components.trainer.warm_start import save_keras_weights, weights_checksum
 
