@@ -26,7 +26,7 @@ is then that of the prefetch thread, an upper bound of the step's.
     meter = InputWaitMeter()
     train_dataset = meter.watch(train_dataset)
     model.fit(train_dataset, callbacks=[meter.callback, ...])
-    record = assess_training(history, model, runtime, task, trainer, tuning, train_files,
+    record = assess_training(history, model, runtime, task, trainer, choice.autotune, train_files,
                              train_examples)
 """
 

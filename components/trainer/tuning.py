@@ -142,7 +142,7 @@ class _Probe:
         self.runtime, self.trainer, self.task = runtime, trainer, task
         self.train_files, self.on_gpu = train_files, on_gpu
         self.built: dict[autotune_lib.Cell, tuple[keras.Model, list, list]] = {}
-        self.batch_choices: dict[str, Mapping[str, Any]] = {}
+        self.batch_choices: dict[str, batch_lib.BatchChoice] = {}
 
     def build(self, cell: autotune_lib.Cell, batch: int) -> keras.Model:
         """The compiled training model of `cell`, its train step traced."""
@@ -170,15 +170,15 @@ class _Probe:
             return int(self.trainer.batch_size)
         if precision not in self.batch_choices:
             self.batch_choices[precision] = self._choose_batch(precision)
-        return self.batch_choices[precision]["batch_size"]
+        return self.batch_choices[precision].batch_size
 
     def batch_reason(self, precision: str, batch: int) -> str:
         """Why `batch_size: auto` chose `batch` under `precision`."""
         chosen = self.batch_choices.get(precision)
-        return chosen["reason"] if chosen else (
+        return chosen.reason if chosen else (
             f"batch_size auto under {precision}: {batch} (cached decision)")
 
-    def _choose_batch(self, precision: str) -> Mapping[str, Any]:
+    def _choose_batch(self, precision: str) -> batch_lib.BatchChoice:
         runtime, trainer, task = self.runtime, self.trainer, self.task
         cap = float(trainer.batch_memory_mb)
         max_batch = max(1, data_lib.count_examples(self.train_files) // runtime.replicas)
