@@ -154,7 +154,7 @@ FULL = Preset(
 class CellSpec:
     """What one throughput cell trains and how long it times it: the parameters of the
     `train_cell` task (benchmarks/sections/throughput.py), measured by
-    benchmarks/training.py's `run_cell`.
+    benchmarks/measures/training.py's `run_cell`.
 
     Attributes:
         model: registry name.

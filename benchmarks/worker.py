@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from benchmarks.sections.tasks import Task, from_json
+from components.core.text import one_line
 
 
 def _register_user_model(user_model: dict[str, str] | None) -> str | None:
@@ -52,9 +53,7 @@ def main(argv: list[str], tasks: Mapping[str, Task] | None = None) -> int:
             result["user_model"] = user_model
     except Exception as error:  # reported to the parent as a failed task, traceback in the log
         traceback.print_exc()
-        lines = str(error).strip().splitlines()
-        first_line = lines[0] if lines else ""
-        _write_json(result_path, {"error": f"{type(error).__name__}: {first_line}"})
+        _write_json(result_path, {"error": f"{type(error).__name__}: {one_line(str(error))}"})
         return 1
     _write_json(result_path, result)
     return 0

@@ -5,13 +5,14 @@
     summary.write()                             # to summary.summary_path
     summary.to_dict()                           # what `mptfx run --json` prints
 
-`pipelines/summary.py` builds it from ML Metadata after a run (local or Kubernetes), the run
-command writes it, MLflow tracking adds the `mlflow` section, and retrain, the bench and the
-tests read it back through this module. A section's keys are declared here; the trainer's
-section also carries the keys of training_summary.json (`components/trainer/summary.py`
-owns those), and the mlflow section those of `components/tracking/recorder.py`. Keys a
-run did not produce stay out of the file (`to_dict` drops what was never set), so a cached
-or failed run's summary is as short as before.
+`pipelines/metadata_summary.py` builds it from ML Metadata after a run (local or
+Kubernetes), the run command writes it, MLflow tracking adds the `mlflow` section, and
+retrain, the bench and the tests read it back through this module. A section's keys are
+declared here; the trainer's section also carries the keys of training_summary.json
+(`components/trainer/training_summary.py` owns those), and the mlflow section those of
+`components/tracking/recorder.py`. Keys a run did not produce stay out of the file
+(`to_dict` drops what was never set), so a cached or failed run's summary is as short as
+before.
 
 A leaf: imports pydantic only, so tracking, the bench and the tests can read a summary
 without TensorFlow.

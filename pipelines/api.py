@@ -29,6 +29,7 @@ from typing import Any, TextIO
 
 from components.core.text import one_line
 from components.errors import UsageError
+from components.ingest.selection import DataSelection
 from components.redact import redact_text, redact_tree
 from components.run_summary import SUMMARY_FILE, RunSummary
 from pipelines.config import Config
@@ -55,7 +56,7 @@ class RunPlan:
 
 
 # (config, workspace, data selection) -> the plan; pipelines/retrain.py `plan_retrain`.
-Planner = Callable[[Config, Workspace, Any], RunPlan]
+Planner = Callable[[Config, Workspace, DataSelection], RunPlan]
 
 
 class WorkspaceInUse(Exception):
@@ -213,21 +214,7 @@ def _run(
     data = resolve_data(config, workspace, data_arg)
     check_teacher(config, workspace, data, out)  # trainer.distill: before the Ingest too
     plan = planner(config, workspace, data) if planner else RunPlan()
-    run_dir = workspace.run_dir(run_id)
-    base = {
-        "status": "completed",
-        "run_id": run_id,
-        "pipeline": config.pipeline.name,
-        "workspace": str(workspace.root),
-        "data_root": data.root,
-        "spans": data.spans,
-        "summary_path": str(run_dir / SUMMARY_FILE),
-        "log_path": str(log_path),
-        # Redacted: summary.json, MLflow params and the model card all copy this.
-        "config": redact_tree(config.model_dump()),
-    }
-    if plan.trigger:
-        base["trigger"] = plan.trigger
+    base = _summary_base(config, workspace, data, run_id, log_path, plan)
     if plan.skip_reason:
         print(f"mptfx {command} {run_id}: {plan.skip_reason}; nothing to do", file=out)
         return _skipped(base, plan.skip_reason, started, stage), False
@@ -281,6 +268,27 @@ def _run(
     return summary, isinstance(error, KeyboardInterrupt)
 
 
+def _summary_base(config: Config, workspace: Workspace, data: DataSelection, run_id: str,
+                  log_path: Path, plan: RunPlan) -> dict[str, Any]:
+    """summary.json's fields known before anything runs (status completed until a
+    component fails)."""
+    base = {
+        "status": "completed",
+        "run_id": run_id,
+        "pipeline": config.pipeline.name,
+        "workspace": str(workspace.root),
+        "data_root": data.root,
+        "spans": data.spans,
+        "summary_path": str(workspace.run_dir(run_id) / SUMMARY_FILE),
+        "log_path": str(log_path),
+        # Redacted: summary.json, MLflow params and the model card all copy this.
+        "config": redact_tree(config.model_dump()),
+    }
+    if plan.trigger:
+        base["trigger"] = plan.trigger
+    return base
+
+
 def _skipped(base: dict[str, Any], reason: str, started: float, stage: Stage) -> RunSummary:
     """summary.json of a run that had nothing to do (retrain: no new span), written."""
     summary = RunSummary.parse({**base, "status": "skipped", "reason": reason,
@@ -295,7 +303,7 @@ def _summarize(pipeline: Any, config: Config, run_id: str, progress: Any, base: 
                started: float, after_run: Callable[[RunSummary], None] | None,
                stage: Stage) -> RunSummary:
     """summary.json from ML Metadata and the timings, written after `after_run` saw it."""
-    from pipelines.summary import build_summary, collect_outputs
+    from pipelines.metadata_summary import build_summary, collect_outputs
 
     nodes = collect_outputs(pipeline.metadata_connection_config, config.pipeline.name, run_id)
     timings = {name: t.seconds for name, t in progress.timings.items()}

@@ -93,8 +93,8 @@ def record_run(
     """
     from components import tracking
     from components.core.text import one_line
+    from pipelines.metadata_summary import build_summary, collect_outputs
     from pipelines.node_entrypoint import connection_config, describe_database
-    from pipelines.summary import build_summary, collect_outputs
 
     connection = connection_config(ir)
     try:

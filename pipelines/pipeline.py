@@ -13,6 +13,7 @@ import json
 
 import tensorflow_model_analysis as tfma
 from tfx import v1 as tfx
+from tfx.dsl.components.base.base_node import BaseNode
 
 from components.examples_format import EVAL_SPLIT, LABEL_KEY, MASK_KEY
 from components.infra.component import InfraValidator
@@ -164,38 +165,9 @@ def create_pipeline(
     (ImportSchemaGen) instead of one inferred from the data itself (SchemaGen), so a new
     drop that breaks it stops the run.
     """
-    ingest = ImageExampleGen(
-        # The selection resolve_data listed once, its listing stored by its hash: the
-        # parameter changes exactly when a file does, so TFX's cache re-ingests exactly then.
-        data_selection=data.parameter(),
-        splits=json.dumps(config.data.splits),
-        image_size=json.dumps(config.data.image_size),
-        resize_method=config.data.resize_method,
-        channels=config.data.channels,
-        max_bad_fraction=config.data.max_bad_fraction,
-        max_pixels=config.data.max_pixels,
-        max_file_mb=config.data.max_file_mb,
-        jpeg_quality=config.data.jpeg_quality,
-        shard_mb=config.data.shard_mb,
-        ingest_engine=config.data.ingest_engine,
-    ).with_id("Ingest")
-    if config.data.ingest_engine == "beam" and not config.pipeline.beam_pipeline_args:
-        # In process: one DirectRunner worker per core for the Ingest, after (so over) the
-        # single in-memory worker of LOCAL_BEAM_ARGS.
-        ingest.with_beam_pipeline_args(LOCAL_INGEST_BEAM_ARGS)
-
-    statistics_gen = tfx.components.StatisticsGen(examples=ingest.outputs["examples"])
-    schema_file = schema_file or config.data.schema_file
-    if schema_file:
-        schema_gen = tfx.components.ImportSchemaGen(schema_file=schema_file)
-    else:
-        schema_gen = tfx.components.SchemaGen(
-            statistics=statistics_gen.outputs["statistics"], infer_feature_shape=True
-        )
-    example_validator = tfx.components.ExampleValidator(
-        statistics=statistics_gen.outputs["statistics"], schema=schema_gen.outputs["schema"]
-    )
-    data_gate = DataValidationGate(anomalies=example_validator.outputs["anomalies"])
+    ingest = _ingest(config, data)
+    statistics_gen, schema_gen, example_validator, data_gate = _data_checks(
+        ingest, schema_file or config.data.schema_file)
 
     model_resolver = tfx.dsl.Resolver(
         strategy_class=tfx.dsl.experimental.LatestBlessedModelStrategy,
@@ -220,7 +192,70 @@ def create_pipeline(
         example_splits=[EVAL_SPLIT],
         eval_config=build_eval_config(config, data.kind),
     )
+    publishers = _publishers(config, workspace, ingest, trainer, evaluator)
+    components = [ingest, statistics_gen, schema_gen, example_validator, data_gate, trainer,
+                  model_resolver, evaluator, *publishers]
+    if config.model.resolved_task(data.kind) == SEGMENTATION:
+        components = [c for c in components if c.id != "TFLite"]
+    return tfx.dsl.Pipeline(
+        pipeline_name=config.pipeline.name,
+        pipeline_root=str(workspace.pipeline_root(config.pipeline.name)),
+        components=components,
+        enable_cache=config.pipeline.enable_cache,
+        metadata_connection_config=tfx.orchestration.metadata.sqlite_metadata_connection_config(
+            str(workspace.metadata_path)
+        ),
+        beam_pipeline_args=config.pipeline.beam_pipeline_args or LOCAL_BEAM_ARGS,
+    )
 
+
+def _ingest(config: Config, data: DataSelection) -> ImageExampleGen:
+    """The Ingest of the selection `resolve_data` made, with the data section's settings."""
+    ingest = ImageExampleGen(
+        # The selection resolve_data listed once, its listing stored by its hash: the
+        # parameter changes exactly when a file does, so TFX's cache re-ingests exactly then.
+        data_selection=data.parameter(),
+        splits=json.dumps(config.data.splits),
+        image_size=json.dumps(config.data.image_size),
+        resize_method=config.data.resize_method,
+        channels=config.data.channels,
+        max_bad_fraction=config.data.max_bad_fraction,
+        max_pixels=config.data.max_pixels,
+        max_file_mb=config.data.max_file_mb,
+        jpeg_quality=config.data.jpeg_quality,
+        shard_mb=config.data.shard_mb,
+        ingest_engine=config.data.ingest_engine,
+    ).with_id("Ingest")
+    if config.data.ingest_engine == "beam" and not config.pipeline.beam_pipeline_args:
+        # In process: one DirectRunner worker per core for the Ingest, after (so over) the
+        # single in-memory worker of LOCAL_BEAM_ARGS.
+        ingest.with_beam_pipeline_args(LOCAL_INGEST_BEAM_ARGS)
+    return ingest
+
+
+def _data_checks(ingest: ImageExampleGen, schema_file: str) -> tuple[
+        tfx.components.StatisticsGen, BaseNode, tfx.components.ExampleValidator,
+        DataValidationGate]:
+    """Statistics, the schema (imported from `schema_file`, else inferred), the anomalies
+    against it, and the gate that stops the run on them."""
+    statistics_gen = tfx.components.StatisticsGen(examples=ingest.outputs["examples"])
+    if schema_file:
+        schema_gen = tfx.components.ImportSchemaGen(schema_file=schema_file)
+    else:
+        schema_gen = tfx.components.SchemaGen(
+            statistics=statistics_gen.outputs["statistics"], infer_feature_shape=True
+        )
+    example_validator = tfx.components.ExampleValidator(
+        statistics=statistics_gen.outputs["statistics"], schema=schema_gen.outputs["schema"]
+    )
+    data_gate = DataValidationGate(anomalies=example_validator.outputs["anomalies"])
+    return statistics_gen, schema_gen, example_validator, data_gate
+
+
+def _publishers(config: Config, workspace: Workspace, ingest: ImageExampleGen,
+                trainer: tfx.components.Trainer, evaluator: tfx.components.Evaluator
+                ) -> list[BaseNode]:
+    """What follows a blessing: the TF Serving load check, the push, the TF Lite export."""
     # The blessed candidate loaded and queried as TF Serving will serve it (components/infra/).
     infra_validator = InfraValidator(
         model=trainer.outputs["model"],
@@ -253,29 +288,4 @@ def create_pipeline(
         parity_limit=config.tflite.parity_limit,
         keep_versions=config.pusher.keep_versions,
     ).with_id("TFLite")
-
-    components = [
-        ingest,
-        statistics_gen,
-        schema_gen,
-        example_validator,
-        data_gate,
-        trainer,
-        model_resolver,
-        evaluator,
-        infra_validator,
-        pusher,
-        tflite,
-    ]
-    if config.model.resolved_task(data.kind) == SEGMENTATION:
-        components.remove(tflite)
-    return tfx.dsl.Pipeline(
-        pipeline_name=config.pipeline.name,
-        pipeline_root=str(workspace.pipeline_root(config.pipeline.name)),
-        components=components,
-        enable_cache=config.pipeline.enable_cache,
-        metadata_connection_config=tfx.orchestration.metadata.sqlite_metadata_connection_config(
-            str(workspace.metadata_path)
-        ),
-        beam_pipeline_args=config.pipeline.beam_pipeline_args or LOCAL_BEAM_ARGS,
-    )
+    return [infra_validator, pusher, tflite]

@@ -136,7 +136,7 @@ def local_run(tmp_path_factory):
     from tfx.orchestration import metadata
 
     from pipelines.api import run_pipeline
-    from pipelines.summary import collect_outputs
+    from pipelines.metadata_summary import collect_outputs
     from pipelines.workspace import Workspace
     from tests.k8s_double import SMALL
 

@@ -413,7 +413,7 @@ def assert_same_outcome(replay: dict, nodes: dict, local_nodes: dict, local) -> 
     """The replayed run (its ML Metadata `nodes`) did what the local baseline did: the same
     node states and output counts, the same data, a blessed model pushed as version 1 into
     the replay's workspace, the same TF Lite variants and the same schema."""
-    from pipelines.summary import build_summary
+    from pipelines.metadata_summary import build_summary
 
     assert {n: info["state"] for n, info in nodes.items()} == \
         {n: info["state"] for n, info in local_nodes.items()}

@@ -1,7 +1,7 @@
 """`auto_check`: does the Trainer's measured `auto` pick the fastest throughput cell?
 
 Per model, the `auto_choice` task runs the Trainer's own autotune at the bench's input and
-batch (benchmarks/autocheck.py); `auto_check_rows` sets its choice against the fastest cell
+batch (benchmarks/measures/autocheck.py); `auto_check_rows` sets its choice against the fastest cell
 of the throughput matrix measured in this run. The verdict on `auto` is drawn from those
 rows only, so it says what the table says: the choice the Trainer measured (not the static
 rule the host section reports), and the same ratio.
@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from benchmarks.autocheck import auto_check_rows
+from benchmarks.measures.autocheck import auto_check_rows
 from benchmarks.sections.base import Section
 from benchmarks.sections.context import Context
 from benchmarks.sections.tasks import Task, arguments
@@ -29,7 +29,7 @@ class AutoParams:
 
 
 def measure(params: AutoParams) -> dict[str, Any]:
-    from benchmarks.autocheck import auto_choice
+    from benchmarks.measures.autocheck import auto_choice
 
     return auto_choice(**arguments(params))
 

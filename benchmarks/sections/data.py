@@ -1,7 +1,7 @@
 """The digits the data sections share, and the settings `mptfx run` uses by default.
 
 The built-in digits are exported and ingested once per run (the `prepare_data` task,
-benchmarks/input_pipeline.py), right before the first data section, when any data section
+benchmarks/measures/input_pipeline.py), right before the first data section, when any data section
 is wanted then. A data section runs only when they are there.
 """
 
@@ -25,7 +25,7 @@ class DataParams:
 
 
 def measure(params: DataParams) -> dict[str, Any]:
-    from benchmarks.input_pipeline import prepare_data
+    from benchmarks.measures.input_pipeline import prepare_data
 
     return prepare_data(**arguments(params))
 

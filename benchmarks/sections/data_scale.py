@@ -1,7 +1,7 @@
 """`data_scale`: the photo-scale data path beside a plain tf.data reference, with targets.
 
 On synthetic JPEG photos (224x224 crops of scikit-learn's sample photographs,
-benchmarks/data_scale.py), each in a fresh worker process: mptfx's ingest and the plain
+benchmarks/measures/data_scale.py), each in a fresh worker process: mptfx's ingest and the plain
 one (read, decode to validate, write the bytes) on `MEMORY_FACTOR` x N photos (issue 23's
 20,000 in the full preset) on all cores and on one, and the bytes each writes; their peak
 RSS at N and at `MEMORY_FACTOR` x N photos; then the Trainer's input
@@ -97,22 +97,22 @@ class PhotoInputParams:
 
 
 def measure_photos(params: PhotoSetParams) -> dict[str, Any]:
-    from benchmarks.data_scale import photo_sets
+    from benchmarks.measures.data_scale import photo_sets
 
     return photo_sets(**arguments(params))
 
 
 def measure_ingest(params: PhotoIngestParams) -> dict[str, Any]:
-    from benchmarks.data_scale import restrict_cores
+    from benchmarks.measures.data_scale import restrict_cores
 
     restrict_cores(params.cores)  # before TensorFlow sizes its thread pools
-    from benchmarks.data_scale import ingest_photos
+    from benchmarks.measures.data_scale import ingest_photos
 
     return ingest_photos(params.photo_dir, params.out_dir, params.method)
 
 
 def measure_input(params: PhotoInputParams) -> dict[str, Any]:
-    from benchmarks.data_scale import input_rates
+    from benchmarks.measures.data_scale import input_rates
 
     return input_rates(**arguments(params))
 

@@ -1,5 +1,5 @@
 """`distillation`: a small student trained alone and distilled from a ResNet-50 champion
-on the digits, same epochs and seeds (benchmarks/distillation.py).
+on the digits, same epochs and seeds (benchmarks/measures/distillation.py).
 
 A ResNet-50 is trained and pushed as the champion (`mptfx run --set model.name=resnet50`),
 then, for each seed of the preset, `seed_cnn` (under a hundredth of its parameters) is
@@ -46,13 +46,13 @@ class StudentParams:
 
 
 def measure_teacher(params: TeacherParams) -> dict[str, Any]:
-    from benchmarks.distillation import train_teacher
+    from benchmarks.measures.distillation import train_teacher
 
     return train_teacher(**arguments(params))
 
 
 def measure_student(params: StudentParams) -> dict[str, Any]:
-    from benchmarks.distillation import train_student
+    from benchmarks.measures.distillation import train_student
 
     return train_student(**arguments(params))
 

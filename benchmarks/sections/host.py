@@ -23,7 +23,7 @@ class HostParams:
 
 
 def measure(params: HostParams) -> dict[str, Any]:
-    from benchmarks.host import describe_host
+    from benchmarks.measures.host import describe_host
 
     return describe_host(**arguments(params))
 

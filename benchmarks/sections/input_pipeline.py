@@ -2,7 +2,7 @@
 
 The `input_pipeline` task times the Trainer's `make_dataset` alone on the ingested digits
 (decoding every epoch, and from its cache of decoded images) against the model training on
-synthetic data at the same size, batch and precision (benchmarks/input_pipeline.py). The
+synthetic data at the same size, batch and precision (benchmarks/measures/input_pipeline.py). The
 `ingest_compare` task then times mptfx's ingest against TFX's ImportExampleGen on the
 same TFRecords (results.json `ingest`).
 """
@@ -43,7 +43,7 @@ class IngestParams:
 
 
 def measure_input(params: InputParams) -> dict[str, Any]:
-    from benchmarks.input_pipeline import pipeline_vs_model
+    from benchmarks.measures.input_pipeline import pipeline_vs_model
     from components.trainer.precision import (
         describe_devices,
         resolve_precision_policy,
@@ -58,7 +58,7 @@ def measure_input(params: InputParams) -> dict[str, Any]:
 
 
 def measure_ingest(params: IngestParams) -> dict[str, Any]:
-    from benchmarks.input_pipeline import ingest_vs_import_example_gen
+    from benchmarks.measures.input_pipeline import ingest_vs_import_example_gen
 
     return ingest_vs_import_example_gen(**arguments(params))
 

@@ -46,13 +46,13 @@ class LadderParams(BatchParams):
 
 
 def measure_probe(params: ProbeParams) -> dict[str, Any]:
-    from benchmarks.training import probe_batch
+    from benchmarks.measures.training import probe_batch
 
     return probe_batch(**arguments(params))
 
 
 def measure_ladder(params: LadderParams) -> dict[str, Any]:
-    from benchmarks.training import probe_batch_ladder
+    from benchmarks.measures.training import probe_batch_ladder
 
     return probe_batch_ladder(**arguments(params))
 

@@ -2,9 +2,9 @@
 TensorFlow "Image classification" tutorial's script on the same folder.
 
 An 8-class folder of 224x224 JPEG crops of real photographs where detail decides the class
-(benchmarks/photo_quality.py), and a held-out test folder cut the same way. Each in a
+(benchmarks/measures/photo_quality.py), and a held-out test folder cut the same way. Each in a
 fresh worker process: the tutorial's script as the tutorial writes it
-(benchmarks/tutorial_classification.py: 180 px, three Conv-Pool blocks, augmentation,
+(benchmarks/measures/tutorial_classification.py: 180 px, three Conv-Pool blocks, augmentation,
 Dropout, 15 epochs), and `mptfx run --data <folder>` with no `--set`. Both are scored on the
 test folder; the target (issue 34): mptfx's default model is at least as accurate. Wall
 time is reported beside it: mptfx's covers its eleven components, the tutorial's its
@@ -54,7 +54,7 @@ class MptfxRunParams:
 def measure_sets(params: PhotoQualitySetParams) -> dict[str, Any]:
     import os
 
-    from benchmarks.photo_quality import make_strip_photos
+    from benchmarks.measures.photo_quality import make_strip_photos
 
     return {"train": make_strip_photos(os.path.join(params.folder, "photos"),
                                        params.per_class, TRAIN_SEED),
@@ -63,13 +63,13 @@ def measure_sets(params: PhotoQualitySetParams) -> dict[str, Any]:
 
 
 def measure_tutorial(params: TutorialParams) -> dict[str, Any]:
-    from benchmarks.tutorial_classification import train_tutorial_model
+    from benchmarks.measures.tutorial_classification import train_tutorial_model
 
     return train_tutorial_model(**arguments(params))
 
 
 def measure_mptfx(params: MptfxRunParams) -> dict[str, Any]:
-    from benchmarks.photo_quality import run_mptfx
+    from benchmarks.measures.photo_quality import run_mptfx
 
     return run_mptfx(**arguments(params))
 

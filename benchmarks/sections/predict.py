@@ -1,7 +1,7 @@
 """`predict`: `mptfx predict` beside a plain `model.predict` over tf.data, with targets.
 
-On `PHOTOS` synthetic 224×224 JPEG photos (benchmarks/data_scale.py `synthesise_photos`,
-in a folder of its own), in one worker process (benchmarks/predict.py): the seed CNN fitted
+On `PHOTOS` synthetic 224×224 JPEG photos (benchmarks/measures/data_scale.py `synthesise_photos`,
+in a folder of its own), in one worker process (benchmarks/measures/predict.py): the seed CNN fitted
 one epoch on them and published as a TF Serving version, then the command's own path
 (listing, the Trainer's decoder in tf.data, the SavedModel, CSV rows to a file) against
 the Keras model's `predict` over the tf.data pipeline the TensorFlow guides write,
@@ -44,8 +44,8 @@ class PredictParams:
 def measure_predict(params: PredictParams) -> dict[str, Any]:
     import os
 
-    from benchmarks.data_scale import synthesise_photos
-    from benchmarks.predict import predict_vs_plain
+    from benchmarks.measures.data_scale import synthesise_photos
+    from benchmarks.measures.predict import predict_vs_plain
 
     photos = synthesise_photos(os.path.join(params.folder, f"photos-{params.photos}"),
                                params.photos, params.classes, params.seed)

@@ -1,6 +1,6 @@
 """`system_metrics`: does watching the training slow it down?
 
-The `system_metrics` task (benchmarks/system_metrics.py) trains the default run's model on
+The `system_metrics` task (benchmarks/measures/system_metrics.py) trains the default run's model on
 the ingested digits in alternated windows: plain input, the Trainer's input-wait meter, and
 the meter with MLflow's system metrics sampling into a local store at the default interval.
 Target: the run with system metrics within 3 % of the run without (median of the rounds).
@@ -40,7 +40,7 @@ class MonitoringParams:
 
 
 def measure(params: MonitoringParams) -> dict[str, Any]:
-    from benchmarks.system_metrics import monitoring_cost
+    from benchmarks.measures.system_metrics import monitoring_cost
 
     return monitoring_cost(**arguments(params))
 

@@ -13,7 +13,7 @@ Example:
         ceiling_repeats: int
 
     def measure(params):
-        from benchmarks.host import describe_host
+        from benchmarks.measures.host import describe_host
         return describe_host(**arguments(params))
 
     HOST = Task("host", HostParams, measure)

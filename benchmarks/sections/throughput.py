@@ -1,6 +1,6 @@
 """`throughput`: every model × precision × XLA cell trained on synthetic on-device data.
 
-Each cell runs in a fresh process (`train_cell`, benchmarks/training.py); its speedup is
+Each cell runs in a fresh process (`train_cell`, benchmarks/measures/training.py); its speedup is
 over the same model's float32 without XLA in this run. The seed model runs first: with
 --quick on a CPU its cells decide which of the other models' cells are worth measuring
 (plan.cell_skip_reason). With --quick, a cell of another model that would leave the
@@ -21,7 +21,7 @@ from benchmarks.sections.tasks import Task
 
 
 def measure(spec: CellSpec) -> dict[str, Any]:
-    from benchmarks.training import run_cell
+    from benchmarks.measures.training import run_cell
 
     return run_cell(spec)
 

@@ -23,18 +23,17 @@ from __future__ import annotations
 import functools
 import json
 import os
-import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import tensorflow as tf
 
+from components.core.text import one_line
+
 RESIZE_METHODS = ("stretch", "pad")
 CHANNEL_CHOICES = ("auto", "1", "3")
 UNDECODABLE = "not a decodable image (PNG/JPEG/BMP/GIF)"
 
-# TF wraps eager op errors in "{{function_node ...}}" and "[Op:...] name:"; a person
-# reading the quarantine report wants only the sentence in between.
 # The map functions hold no Python control flow on tensors (every branch is a tf.cond or a
 # Python value of the policy), so AutoGraph has nothing to convert; converting them anyway
 # cost 0.7-0.8 s per ingest (its AST transforms), 40 % of a 2,000-photo ingest on 2 cores.
@@ -51,9 +50,6 @@ _PREFETCH_BATCHES = 16
 # the decode is CPU-bound, and so are reads from local disks and the page cache.
 _WITHOUT_AUTOTUNE = tf.data.Options()
 _WITHOUT_AUTOTUNE.autotune.enabled = False
-
-_TF_ERROR_NOISE = re.compile(r"\{\{[^}]*\}\}\s*|\s*\[Op:[^\]]*\](\s*name:.*)?")
-
 
 @dataclass(frozen=True)
 class ImagePolicy:
@@ -277,11 +273,6 @@ def decode_one(index: int, data: bytes, policy: ImagePolicy) -> DecodedImage | s
     return DecodedImage(index, stored.numpy(), height, width, channels, bool(again))
 
 
-def _tf_message(error: tf.errors.OpError) -> str:
-    lines = _TF_ERROR_NOISE.sub("", error.message).strip().splitlines()
-    return lines[0] if lines else type(error).__name__
-
-
 def describe_decode_failure(data: bytes, policy: ImagePolicy) -> str:
     """Why `data` does not make it through the pipeline, as one line for the quarantine report."""
     if not data:
@@ -289,9 +280,9 @@ def describe_decode_failure(data: bytes, policy: ImagePolicy) -> str:
     try:
         decoded = _decode(tf.constant(data))
     except tf.errors.OpError as error:
-        return f"{UNDECODABLE}: {_tf_message(error)}"
+        return f"{UNDECODABLE}: {one_line(error)}"
     try:
         _pixels(decoded, policy)  # the decoded pixels, not a second decode
     except tf.errors.OpError as error:
-        return f"decoded but could not be converted: {_tf_message(error)}"
+        return f"decoded but could not be converted: {one_line(error)}"
     return "dropped by the tf.data pipeline (it decodes on its own; please report this file)"

@@ -35,6 +35,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from components.trainer.precision import CPU_BFLOAT16_FEATURES, DeviceDescription
+from components.trainer.tuning_record import CellChoice, TuningRecord
 
 AUTOTUNE_CHOICES = ("on", "off")
 _BFLOAT16_MIN_CAPABILITY = (8, 0)
@@ -330,47 +331,40 @@ class TuningRequest:
 
 
 def tune(request: TuningRequest, clock: Callable[[], float] = time.perf_counter
-         ) -> dict[str, Any]:
+         ) -> TuningRecord:
     """Decides the cell (and per-replica batch) to train with; returns the record that
-    goes into the log, training_summary.json and MLflow.
-
-    Returns:
-        {"status": "off" | "one candidate" | "static (multi-worker)" | "cached" |
-        "measured", "choice": {"precision", "xla", "batch_size"}, "reason", "xla_reason",
-        "table": [...], "probe_seconds", "key", "cache_file", "candidates"}.
-    """
+    goes into the log, training_summary.json and MLflow (status "off", "one candidate",
+    "static (multi-worker)", "cached" or "measured")."""
     started = clock()
     policy, policy_reason, xla, xla_reason = request.static
     cells = candidate_cells(request.precision, request.xla, request.devices)
-    record: dict[str, Any] = {
-        "status": "", "candidates": [cell.label for cell in cells], "table": [],
-        "probe_seconds": 0.0, "key": None, "cache_file": None,
-    }
-
-    def static(status: str) -> dict[str, Any]:
-        record.update(status=status, reason=policy_reason, xla_reason=xla_reason,
-                      choice={"precision": policy, "xla": xla,
-                              "batch_size": request.batch_for(policy)})
-        record["probe_seconds"] = round(clock() - started, 3)
-        return record
-
-    if request.autotune == "off":
-        return static("off")
-    if len(cells) < 2:
-        return static("one candidate")
-    if not request.measure:
-        return static("static (multi-worker)")
+    static_status = ("off" if request.autotune == "off" else "one candidate" if len(cells) < 2
+                     else "static (multi-worker)" if not request.measure else "")
+    if static_status:
+        return TuningRecord(
+            static_status, CellChoice(policy, xla, request.batch_for(policy)), policy_reason,
+            xla_reason, tuple(cell.label for cell in cells),
+            probe_seconds=round(clock() - started, 3))
     key = decision_key(fingerprint=device_fingerprint(request.devices), **request.identity)
     cache = DecisionCache(request.cache_dir) if request.cache_dir else None
-    record["key"] = key
     cached = cache.load(key) if cache else None
     if cached:
-        record.update(status="cached", choice=cached["choice"], table=cached["table"],
-                      reason=cached["reason"] + " [cached]", xla_reason=cached["xla_reason"],
-                      cache_file=cache.path(key), measured_probe_seconds=cached.get(
-                          "probe_seconds"))
-        record["probe_seconds"] = round(clock() - started, 3)
-        return record
+        return TuningRecord(
+            "cached", CellChoice(**cached["choice"]), cached["reason"] + " [cached]",
+            cached["xla_reason"], tuple(cell.label for cell in cells),
+            tuple(cached["table"]), round(clock() - started, 3), key, cache.path(key),
+            cached.get("probe_seconds"))
+    record = _measure(request, cells, clock)
+    record = dataclasses.replace(record, key=key,
+                                 probe_seconds=round(clock() - started, 3))
+    if cache:
+        record = dataclasses.replace(record, cache_file=cache.store(key, record.to_dict()))
+    return record
+
+
+def _measure(request: TuningRequest, cells: Sequence[Cell], clock: Callable[[], float]
+             ) -> TuningRecord:
+    """Times every cell and picks the fastest safe one."""
     batch_of = {cell: request.batch_for(cell.precision) for cell in cells}
     rows = measure_cells(
         cells,
@@ -382,14 +376,9 @@ def tune(request: TuningRequest, clock: Callable[[], float] = time.perf_counter
         request.inference,
     )
     best = fastest_safe(rows)
-    reason = describe_choice(rows, best)
-    record.update(
-        status="measured", table=rows, reason=reason,
-        xla_reason=f"autotune: measured with XLA {'on' if best['xla'] else 'off'} fastest",
-        choice={"precision": best["precision"], "xla": best["xla"],
-                "batch_size": best["batch_size"] // request.replicas},
-    )
-    record["probe_seconds"] = round(clock() - started, 3)
-    if cache:
-        record["cache_file"] = cache.store(key, record)
-    return record
+    return TuningRecord(
+        "measured",
+        CellChoice(best["precision"], best["xla"], best["batch_size"] // request.replicas),
+        describe_choice(rows, best),
+        f"autotune: measured with XLA {'on' if best['xla'] else 'off'} fastest",
+        tuple(cell.label for cell in cells), tuple(rows))

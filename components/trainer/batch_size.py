@@ -23,6 +23,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -220,6 +221,17 @@ def scale_learning_rate(learning_rate: float, base_batch: int, batch: int, rule:
     return learning_rate
 
 
+@dataclasses.dataclass(frozen=True)
+class BatchChoice:
+    """`batch_size: auto`'s per-replica batch under one precision, why, and the
+    (batch, fits: True/False/None) probes that found it."""
+
+    batch_size: int
+    precision: str
+    reason: str
+    probes: tuple[tuple[int, bool | None], ...] = ()
+
+
 def choose_batch_size(
     precision: str,
     fits: Callable[[int], bool | None],
@@ -227,7 +239,7 @@ def choose_batch_size(
     start: int,
     max_batch: int,
     max_reason: str,
-) -> dict[str, Any]:
+) -> BatchChoice:
     """Picks the largest aligned per-replica batch that `fits` allows, with the reason.
 
     Args:
@@ -252,6 +264,5 @@ def choose_batch_size(
         why = f"{max_reason}; {how}"
     else:
         why = f"{search['first_failure']} would not fit: {how}"
-    return {"batch_size": largest, "precision": precision,
-            "reason": f"batch_size auto under {precision}: {largest} ({why})",
-            "probes": search["probes"]}
+    return BatchChoice(largest, precision, f"batch_size auto under {precision}: {largest} ({why})",
+                       tuple(tuple(probe) for probe in search["probes"]))

@@ -34,10 +34,12 @@ from components.trainer.teacher import (
     saved_model_latency_ms,
 )
 from components.trainer.tuning import real_batch, tune_teacher_precision
+from components.trainer.tuning_record import TuningRecord
 
 _EVAL_BATCH = 64
 # Eval images kept for timing the teacher's SavedModel one image at a time.
 _LATENCY_IMAGES = 50
+_SAVED_GRAPH_REASON = "a SavedModel's graph keeps the precision it was exported in"
 
 
 @dataclasses.dataclass
@@ -47,7 +49,7 @@ class PreparedTeacher:
     source: TeacherSource
     teacher: BuiltTeacher
     distillation: Distillation
-    precision: dict[str, Any]
+    precision: TuningRecord | None  # None: a SavedModel's graph keeps its precision
 
     def record(self, student: keras.Model, task: Task, eval_files: Sequence[str]
                ) -> dict[str, Any]:
@@ -67,9 +69,8 @@ class PreparedTeacher:
             "temperature": self.distillation.temperature,
             "alpha": self.distillation.alpha,
             "teacher_precision": self.teacher.precision,
-            "teacher_precision_reason": self.precision.get("reason"),
-            "teacher_autotune": {k: self.precision.get(k) for k in
-                                 ("status", "table", "probe_seconds", "key", "cache_file")},
+            "teacher_precision_reason": self._precision_reason(),
+            "teacher_autotune": _teacher_autotune(self.precision),
             "teacher_input_size": self.teacher.input_size,
             "eval_examples": examples,
             "teacher_accuracy": teacher_accuracy,
@@ -85,6 +86,19 @@ class PreparedTeacher:
                      teacher_accuracy, student_parameters, record["parameter_ratio"],
                      student_accuracy)
         return record
+
+    def _precision_reason(self) -> str:
+        return self.precision.reason if self.precision else _SAVED_GRAPH_REASON
+
+
+def _teacher_autotune(precision: TuningRecord | None) -> dict[str, Any]:
+    """The `teacher_autotune` record: how the teacher's precision was decided."""
+    if precision is None:
+        return {"status": "saved graph", "table": None, "probe_seconds": None, "key": None,
+                "cache_file": None}
+    content = precision.to_dict()
+    return {key: content[key] for key in ("status", "table", "probe_seconds", "key",
+                                          "cache_file")}
 
 
 def prepare_distillation(trainer: TrainerSection, runtime: Runtime, task: Task,
@@ -107,8 +121,7 @@ def prepare_distillation(trainer: TrainerSection, runtime: Runtime, task: Task,
     check_classes(source, task.label_names)
     images = _teacher_batch(source, task, runtime, train_files)
     if source.keras_weights is None:
-        precision = {"status": "saved graph", "reason": "a SavedModel's graph keeps the "
-                     "precision it was exported in"}
+        precision = None
         policy = ""
     else:
         description = source.description
@@ -119,13 +132,14 @@ def prepare_distillation(trainer: TrainerSection, runtime: Runtime, task: Task,
             images,
             {"model": description.get("model"), "params": description.get("params"),
              "input_shape": description.get("input_shape"), "weights": source.keras_weights})
-        policy = precision["choice"]["precision"]
+        policy = precision.choice.precision
     teacher = build_teacher(source, policy, runtime.strategy)
     distillation = Distillation(teacher.predict, settings.temperature, settings.alpha,
                                 teacher.input_size, teacher.channels)
     logging.info("Trainer: teacher %s (%s, %d parameters) in %s (%s); temperature %g, "
                  "alpha %g", source.path, source.model_name, teacher.parameters,
-                 teacher.precision, precision.get("reason"), settings.temperature,
+                 teacher.precision, precision.reason if precision else _SAVED_GRAPH_REASON,
+                 settings.temperature,
                  settings.alpha)
     return PreparedTeacher(source, teacher, distillation, precision)
 

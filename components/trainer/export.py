@@ -46,7 +46,7 @@ from components.examples_format import IMAGE_KEY, parse_spec
 from components.serving.label_names import write_label_names
 from components.trainer import data as data_lib
 from components.trainer.config import SERVING_PRECISIONS
-from components.trainer.warmup import blank_example, blank_png, write_warmup_requests
+from components.trainer.serving_warmup import blank_example, blank_png, write_warmup_requests
 from models import SEGMENTATION, build_model, model_task
 
 SERVING_SIGNATURE = "serving_default"

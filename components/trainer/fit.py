@@ -132,19 +132,9 @@ def fit_model(
     )
     input_wait = InputWaitMeter()  # the seconds each step waits for its batch
     train_dataset = input_wait.watch(train_dataset)
-    fit_steps: dict[str, int] = {}
-    if runtime.multi_worker:
-        # Every worker must run the same number of steps: repeat and count them.
-        fit_steps = {
-            "steps_per_epoch": max(1, train_examples // runtime.global_batch_size),
-            "validation_steps": max(1, eval_examples // runtime.global_batch_size),
-        }
-    steps_per_epoch = fit_steps.get("steps_per_epoch") or math.ceil(
-        train_examples / runtime.global_batch_size)
-    # Scaled up (batch_size auto, scale_learning_rate): a larger batch, which wants a warm-up.
-    plan = LearningRatePlan.of(trainer, runtime.learning_rate,
-                               runtime.learning_rate > float(trainer.learning_rate),
-                               steps_per_epoch)
+    fit_steps = _fit_steps(runtime, train_examples, eval_examples)
+    plan = _learning_rate_plan(trainer, runtime, fit_steps.get("steps_per_epoch") or math.ceil(
+        train_examples / runtime.global_batch_size))
     backup_dir = backup_dir_for(fn_args, trainer, tf_config)
     throughput = ThroughputCallback(train_examples)
     epoch_history = EpochHistory(backup_dir)
@@ -156,21 +146,17 @@ def fit_model(
             prepared = _prepare_model(fn_args, trainer, runtime, task, probed_model, plan,
                                       train_dataset.element_spec, distillation)
         model = prepared.model
-        callbacks = [*([prepared.fine_tune] if prepared.fine_tune else []),
+        callbacks = [
+            *([prepared.fine_tune] if prepared.fine_tune else []),
             throughput,
             input_wait.callback,
             TrainingStatsCallback(),
             DivergenceGuard(trainer.divergence_patience, runtime.learning_rate, runtime.policy),
             *([early_stopping] if early_stopping else []),
             epoch_history,  # after the callbacks that add to the epoch logs
-            # double_checkpoint: a kill while the checkpoint is written leaves the previous
-            # one (.bkp), which Keras restores instead of failing every retry.
-            keras.callbacks.BackupAndRestore(backup_dir, double_checkpoint=True),
-            EpochTensorBoard(os.path.join(model_run_dir, LOG_DIR)),
+            *_checkpoint_callbacks(backup_dir, model_run_dir),
             *extra_callbacks,
         ]
-        if CheckpointFault.wanted():  # crash tests only (components/faults.py)
-            callbacks.insert(len(callbacks) - 1, CheckpointFault(backup_dir))  # after the backup
         train_started = time.perf_counter()
         model.fit(train_dataset, validation_data=eval_dataset, epochs=trainer.epochs,
                   callbacks=callbacks, verbose=2, **fit_steps)
@@ -178,11 +164,8 @@ def fit_model(
     finally:
         keras.mixed_precision.set_dtype_policy(previous_policy)
 
-    history = epoch_history.history()
-    epoch_history.remove()  # BackupAndRestore removed its folder when fit finished
+    history = _finished_history(epoch_history)
     epochs_trained = len(next(iter(history.values()), []))
-    if LOSS_SCALE not in history:
-        history[LOSS_SCALE] = [None] * epochs_trained
     return FitResult(
         model=model,
         history=history,
@@ -198,6 +181,50 @@ def fit_model(
         fine_tune=prepared.fine_tune_record,
         early_stopping=_early_stopping_record(early_stopping, epochs_trained),
     )
+
+
+def _fit_steps(runtime: Runtime, train_examples: int, eval_examples: int) -> dict[str, int]:
+    """`model.fit`'s step counts: none (one pass over each split), except under
+    multi-worker training, where every worker must run the same number of steps: the
+    datasets repeat and the steps are counted."""
+    if not runtime.multi_worker:
+        return {}
+    return {
+        "steps_per_epoch": max(1, train_examples // runtime.global_batch_size),
+        "validation_steps": max(1, eval_examples // runtime.global_batch_size),
+    }
+
+
+def _learning_rate_plan(trainer: TrainerSection, runtime: Runtime, steps_per_epoch: int
+                        ) -> LearningRatePlan:
+    """The learning rate over the run, from the runtime's (maybe scaled) peak."""
+    # Scaled up (batch_size auto, scale_learning_rate): a larger batch, which wants a warm-up.
+    return LearningRatePlan.of(trainer, runtime.learning_rate,
+                               runtime.learning_rate > float(trainer.learning_rate),
+                               steps_per_epoch)
+
+
+def _checkpoint_callbacks(backup_dir: str, model_run_dir: str) -> list[keras.callbacks.Callback]:
+    """The backup that lets a killed fit resume, and TensorBoard's epoch logs."""
+    callbacks: list[keras.callbacks.Callback] = [
+        # double_checkpoint: a kill while the checkpoint is written leaves the previous
+        # one (.bkp), which Keras restores instead of failing every retry.
+        keras.callbacks.BackupAndRestore(backup_dir, double_checkpoint=True),
+    ]
+    if CheckpointFault.wanted():  # crash tests only (components/faults.py)
+        callbacks.append(CheckpointFault(backup_dir))  # after the backup
+    callbacks.append(EpochTensorBoard(os.path.join(model_run_dir, LOG_DIR)))
+    return callbacks
+
+
+def _finished_history(epoch_history: EpochHistory) -> dict[str, list]:
+    """The per-epoch history of a finished fit (`loss_scale` None per epoch when the
+    step was unscaled); the history's own files are removed."""
+    history = epoch_history.history()
+    epoch_history.remove()  # BackupAndRestore removed its folder when fit finished
+    if LOSS_SCALE not in history:
+        history[LOSS_SCALE] = [None] * len(next(iter(history.values()), []))
+    return history
 
 
 def _prepare_model(

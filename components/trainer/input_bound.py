@@ -26,7 +26,7 @@ is then that of the prefetch thread, an upper bound of the step's.
     meter = InputWaitMeter()
     train_dataset = meter.watch(train_dataset)
     model.fit(train_dataset, callbacks=[meter.callback, ...])
-    record = assess_training(history, model, runtime, task, trainer, tuning, train_files,
+    record = assess_training(history, model, runtime, task, trainer, choice.autotune, train_files,
                              train_examples)
 """
 
@@ -43,6 +43,7 @@ import tensorflow as tf
 
 from components.trainer.config import TrainerSection
 from components.trainer.runtime import Runtime, Task
+from components.trainer.tuning_record import TuningRecord
 
 INPUT_WAIT_SHARE = "input_wait_share"
 STEPS_PER_SEC = "steps_per_sec"
@@ -107,15 +108,11 @@ class _InputWaitCallback(keras.callbacks.Callback):
             logs[STEPS_PER_SEC] = self._steps / seconds
 
 
-def probe_steps_per_sec(tuning: Mapping[str, Any]) -> float | None:
+def probe_steps_per_sec(tuning: TuningRecord) -> float | None:
     """Steps/s of the chosen cell in the autotune probe's table (measured now or cached),
     or None when the probe timed nothing."""
-    choice = tuning.get("choice") or {}
-    for row in tuning.get("table") or []:
-        if (row.get("precision"), bool(row.get("xla"))) == (
-                choice.get("precision"), bool(choice.get("xla"))) and row.get("step_ms"):
-            return 1000.0 / float(row["step_ms"])
-    return None
+    row = tuning.chosen_row()
+    return 1000.0 / float(row["step_ms"]) if row and row.get("step_ms") else None
 
 
 def measure_model_alone(model: keras.Model, batches: Callable[[], Any], global_batch: int,
@@ -139,7 +136,7 @@ def measure_model_alone(model: keras.Model, batches: Callable[[], Any], global_b
 
 
 def assess_training(history: Mapping[str, Sequence[Any]], model: keras.Model, runtime: Runtime,
-                    task: Task, trainer: TrainerSection, tuning: Mapping[str, Any],
+                    task: Task, trainer: TrainerSection, tuning: TuningRecord,
                     train_files: list[str], train_examples: int) -> dict[str, Any]:
     """`assess` for a finished fit: the model-alone figure from the autotune probe, else
     measured now (not under multi-worker, where every worker would have to time the same
@@ -148,7 +145,7 @@ def assess_training(history: Mapping[str, Sequence[Any]], model: keras.Model, ru
     from components.trainer.tuning import cached_batches
 
     rate = probe_steps_per_sec(tuning)
-    source = f"autotune probe ({tuning.get('status')})"
+    source = f"autotune probe ({tuning.status})"
     if rate is None and runtime.multi_worker:
         source = "not measured under multi-worker training"
     elif rate is None:

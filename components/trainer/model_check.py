@@ -28,6 +28,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from components.core.text import one_line
 from components.trainer.lint import MixedPrecisionLintError, check_mixed_precision
 from components.trainer.precision import find_recurrent_layers, recurrent_precision_warning
 from models.registry import SEGMENTATION, WEIGHTS_PARAM
@@ -154,8 +155,7 @@ def _reason(error: BaseException) -> str:
     "Exception encountered" preamble."""
     while error.__cause__ is not None or error.__context__ is not None:
         error = error.__cause__ or error.__context__
-    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    lines = [line for line in lines if not line.startswith("Exception encountered when")]
-    reason = lines[0] if lines else type(error).__name__
-    return f"{type(error).__name__}: {reason[:300]}"
+    text = "\n".join(line for line in str(error).splitlines()
+                     if not line.strip().startswith("Exception encountered when"))
+    return f"{type(error).__name__}: {one_line(text, limit=300) or type(error).__name__}"
 

@@ -10,7 +10,7 @@ see export.py), with its Keras weights beside it (see warm_start.py).
 `custom_config` is validated with the Trainer's own schema (config.py, the classes the
 pipeline's config is made of): a missing key takes its default, a refused one is a
 ValueError naming it. The steps, top to bottom: resolve (runtime.py, tuning.py), fit
-(fit.py), export (export.py), summary (summary.py).
+(fit.py), export (export.py, serving_warmup.py), summary (training_summary.py).
 
 Under MultiWorkerMirroredStrategy every worker runs `run_fn` with the same `fn_args`; only
 the chief writes the serving model (with the monitoring reference of a classifier, see
@@ -38,10 +38,10 @@ from components.trainer.config import TrainerConfig
 from components.trainer.distill_run import PreparedTeacher, prepare_distillation
 from components.trainer.fit import LOG_DIR, FitResult, backup_dir_for, fit_model
 from components.trainer.input_bound import assess_training
-from components.trainer.runtime import Runtime, Task, resolve_runtime, resolve_task
-from components.trainer.summary import SUMMARY_FILE, TrainingSummary
+from components.trainer.runtime import Task, resolve_runtime, resolve_task
 from components.trainer.teacher import describe_model, write_model_description
-from components.trainer.tuning import tune_runtime
+from components.trainer.training_summary import SUMMARY_FILE, TrainingSummary
+from components.trainer.tuning import TrainingChoice, choose_training
 from components.trainer.warm_start import save_keras_weights, weights_checksum
 
 if TYPE_CHECKING:  # importing TFX costs ~25 CPU seconds; run_fn only reads attributes
@@ -114,20 +114,22 @@ def train_and_export(fn_args: tfx.components.FnArgs) -> TrainingResult:
 def _train_and_export(fn_args: tfx.components.FnArgs, tf_config: dict) -> TrainingResult:
     started = time.perf_counter()
     config = TrainerConfig.from_custom_config(fn_args.custom_config)
-    runtime, task, tuning, probed_model, teacher = _resolve(config, fn_args, tf_config)
+    choice, task, teacher = _resolve(config, fn_args, tf_config)
+    runtime = choice.runtime
     chief = pod_env.is_chief(tf_config)
     outputs = _Outputs.for_task(fn_args, chief, pod_env.task_name(tf_config))
     fitted = fit_model(fn_args, config.trainer, runtime, task, outputs.model_run_dir, tf_config,
-                       probed_model, distillation=teacher.distillation if teacher else None)
+                       choice.probed_model, distillation=teacher.distillation if teacher else None)
     distill_record = teacher.record(fitted.model, task, fn_args.eval_files) if teacher else None
     fitted.model.distillation = None  # the teacher is not part of what is exported
     input_bound = assess_training(fitted.history, fitted.model, runtime, task, config.trainer,
-                                  tuning, fn_args.train_files, fitted.train_examples)
+                                  choice.autotune, fn_args.train_files,
+                                  fitted.train_examples)
     final_weights_checksum = _export(fitted, task, outputs.serving_model_dir,
                                      config.export.serving_precision, config, runtime.policy)
     if chief and task.is_classification:
         _write_monitoring_reference(fn_args, task, outputs.serving_model_dir)
-    summary = TrainingSummary.of(config, runtime, task, fitted, tuning, final_weights_checksum,
+    summary = TrainingSummary.of(config, choice, task, fitted, final_weights_checksum,
                                  tf_config, distill_record, input_bound)
     summary.write(outputs.model_run_dir)
     outputs.remove_scratch()
@@ -149,20 +151,19 @@ def _train_and_export(fn_args: tfx.components.FnArgs, tf_config: dict) -> Traini
 
 def _resolve(
     config: TrainerConfig, fn_args: tfx.components.FnArgs, tf_config: dict
-) -> tuple[Runtime, Task, dict, keras.Model | None, PreparedTeacher | None]:
+) -> tuple[TrainingChoice, Task, PreparedTeacher | None]:
     """The resolve step: strategy, precision and XLA, the task from the train split, then
     the measured choices (autotune, batch_size auto), then the teacher (trainer.distill)."""
     runtime = resolve_runtime(config.trainer, tf_config)  # the strategy before any TF op
     keras.utils.set_random_seed(config.trainer.seed)
     task = resolve_task(config.model, config.data, fn_args.train_files)
-    runtime, tuning, probed_model = tune_runtime(runtime, config.trainer, task,
-                                                 fn_args.train_files)
-    teacher = (prepare_distillation(config.trainer, runtime, task, fn_args.train_files)
+    choice = choose_training(runtime, config.trainer, task, fn_args.train_files)
+    teacher = (prepare_distillation(config.trainer, choice.runtime, task, fn_args.train_files)
                if config.trainer.distill.enabled else None)
     # The probe's and the teacher's models drew from them too: the student starts from the
     # same weights with and without a teacher.
     keras.utils.set_random_seed(config.trainer.seed)
-    return runtime, task, tuning, probed_model, teacher
+    return choice, task, teacher
 
 
 def _export(fitted: FitResult, task: Task, serving_model_dir: str,

@@ -64,7 +64,7 @@ def resolve_runtime(trainer: TrainerSection, tf_config: Mapping[str, Any]) -> Ru
     learning_rate = float(trainer.learning_rate)
     if trainer.scale_learning_rate:
         learning_rate *= replicas  # linear scaling rule for the larger global batch
-    # batch_size auto: the base batch until tuning.tune_runtime measures the real one.
+    # batch_size auto: the base batch until tuning.choose_training measures the real one.
     batch = trainer.base_batch_size if trainer.batch_size == "auto" else trainer.batch_size
     runtime = Runtime(
         strategy=strategy,

@@ -53,7 +53,7 @@ def replay(postgres, tmp_path_factory):
 
 
 def _replay_outputs(replay, postgres):
-    from pipelines.summary import collect_outputs
+    from pipelines.metadata_summary import collect_outputs
 
     return collect_outputs(connection(postgres), replay["config"].pipeline.name,
                            replay["run_id"])
@@ -190,7 +190,7 @@ def test_two_trainer_workers_train_together_and_only_the_chief_publishes(replay,
     from pipelines.config import load_config
     from pipelines.k8s_commands import compile_for_kubernetes
     from pipelines.kubernetes.ir import NodePlan
-    from pipelines.summary import collect_outputs
+    from pipelines.metadata_summary import collect_outputs
 
     tmp = replay["tmp"] / "multi-worker"
     tmp.mkdir()

@@ -127,7 +127,7 @@ def test_every_job_runs_its_container_in_the_image_in_the_runners_order(replay):
 
 def test_the_image_replay_matches_the_local_runs_artifacts_and_blessing(replay, local_run,
                                                                         postgres):
-    from pipelines.summary import collect_outputs
+    from pipelines.metadata_summary import collect_outputs
 
     local_nodes, local = local_run
     nodes = collect_outputs(connection(postgres), replay["config"].pipeline.name,

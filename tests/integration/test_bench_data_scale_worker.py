@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import os
 
-from benchmarks import data_scale
 from benchmarks.launch import run_task
+from benchmarks.measures import data_scale
 from benchmarks.sections.data_scale import PHOTO_INGEST, PhotoIngestParams
 from benchmarks.sections.tasks import to_json
 

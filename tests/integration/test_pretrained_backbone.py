@@ -4,7 +4,7 @@ gives the Trainer higher accuracy on a second small photo task than the same run
 random weights.
 
 Task A: the four vertical strips of scikit-learn's china.jpg (a temple), task B: the four
-strips of flower.jpg (a dahlia), 32x32 crops (benchmarks/photo_quality.py). Task B is
+strips of flower.jpg (a dahlia), 32x32 crops (benchmarks/measures/photo_quality.py). Task B is
 ingested by the real Ingest and trained by the Trainer's fit step, once with
 `model.params.weights=<the backbone file>` (`trainer.fine_tune: auto`: head first, then the
 top blocks) and once with `none`, same seed, epochs and data.
@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 
 import models
-from benchmarks.photo_quality import make_strip_photos
+from benchmarks.measures.photo_quality import make_strip_photos
 from components.ingest.ingest import ingest
 from components.trainer.config import TrainerConfig
 from components.trainer.fit import fit_model

@@ -22,6 +22,7 @@ from components.trainer import runtime as runtime_step
 from components.trainer import tuning as tuning_step
 from components.trainer.autotune import Cell, MeasureSettings, TuningRequest
 from components.trainer.precision import DeviceDescription
+from components.trainer.tuning_record import CellChoice
 from tests.trainer_testdata import fn_args_dict, write_digits_examples
 
 CPU = DeviceDescription("CPU", "/physical_device:CPU:0")
@@ -101,21 +102,21 @@ def test_the_fastest_cell_is_chosen_and_a_second_run_pays_nothing(tmp_path):
     builds: list[str] = []
     request, clock = _request(tmp_path, GPU_STEPS, builds)
     first = autotune.tune(request, clock=lambda: clock[0])
-    assert first["status"] == "measured"
-    assert first["choice"] == {"precision": "mixed_bfloat16", "xla": True, "batch_size": 32}
-    rates = {Cell(r["precision"], r["xla"]).label: r["images_per_sec"] for r in first["table"]}
+    assert first.status == "measured"
+    assert first.choice == CellChoice("mixed_bfloat16", True, 32)
+    rates = {Cell(r["precision"], r["xla"]).label: r["images_per_sec"] for r in first.table}
     assert rates["mixed_bfloat16 xla on"] == pytest.approx(32 / 0.005)
     assert rates["mixed_float16 xla off"] == pytest.approx(32 / 0.010)
-    assert "mixed_bfloat16 xla on measured fastest" in first["reason"]
-    assert "2.00x mixed_float16 xla off" in first["reason"]
-    assert first["probe_seconds"] > 0 and os.path.exists(first["cache_file"])
+    assert "mixed_bfloat16 xla on measured fastest" in first.reason
+    assert "2.00x mixed_float16 xla off" in first.reason
+    assert first.probe_seconds > 0 and os.path.exists(first.cache_file)
     assert len(builds) == 4
 
     builds.clear()
     second = autotune.tune(request, clock=lambda: clock[0])
-    assert second["status"] == "cached" and builds == []
-    assert second["choice"] == first["choice"] and second["probe_seconds"] == 0
-    assert second["reason"].endswith("[cached]")
+    assert second.status == "cached" and builds == []
+    assert second.choice == first.choice and second.probe_seconds == 0
+    assert second.reason.endswith("[cached]")
 
 
 def test_another_batch_or_device_is_measured_again(tmp_path):
@@ -126,8 +127,8 @@ def test_another_batch_or_device_is_measured_again(tmp_path):
                               identity={**request.identity, "batch_size": 64})
     other_gpu, _ = _request(tmp_path, GPU_STEPS, builds, devices=[CPU, _gpu(9, 0)])
     builds.clear()
-    assert autotune.tune(other_batch, clock=lambda: clock[0])["status"] == "measured"
-    assert autotune.tune(other_gpu, clock=lambda: clock[0])["status"] == "measured"
+    assert autotune.tune(other_batch, clock=lambda: clock[0]).status == "measured"
+    assert autotune.tune(other_gpu, clock=lambda: clock[0]).status == "measured"
     assert len(builds) == 8
 
 
@@ -139,9 +140,9 @@ def test_float16_without_loss_scaling_or_with_a_nan_loss_is_never_chosen(tmp_pat
     }
     request, clock = _request(tmp_path, steps, [])
     record = autotune.tune(request, clock=lambda: clock[0])
-    assert record["choice"]["precision"] == "mixed_bfloat16"
-    assert record["choice"]["xla"] is False  # 0.009 s beats 0.010 s; the 0.001 s are unsafe
-    notes = {Cell(r["precision"], r["xla"]).label: r for r in record["table"]}
+    assert record.choice.precision == "mixed_bfloat16"
+    assert record.choice.xla is False  # 0.009 s beats 0.010 s; the 0.001 s are unsafe
+    notes = {Cell(r["precision"], r["xla"]).label: r for r in record.table}
     assert not notes["mixed_float16 xla on"]["safe"]
     assert "without loss scaling" in notes["mixed_float16 xla on"]["note"]
     assert "non-finite loss" in notes["mixed_bfloat16 xla on"]["note"]
@@ -154,9 +155,9 @@ def test_off_one_candidate_and_multi_worker_keep_the_static_rules(tmp_path):
                               ({"measure": False}, "static (multi-worker)")):
         request, clock = _request(tmp_path, GPU_STEPS, builds, **overrides)
         record = autotune.tune(request, clock=lambda clock=clock: clock[0])
-        assert record["status"] == status
-        assert record["choice"] == {"precision": "mixed_float16", "xla": True, "batch_size": 32}
-        assert record["reason"] == "GPU: static rule"
+        assert record.status == status
+        assert record.choice == CellChoice("mixed_float16", True, 32)
+        assert record.reason == "GPU: static rule"
     assert builds == []
 
 
@@ -171,11 +172,11 @@ def test_no_safe_cell_names_each_cells_problem(tmp_path):
 def test_a_corrupt_cache_file_is_measured_again(tmp_path):
     request, clock = _request(tmp_path, GPU_STEPS, [])
     first = autotune.tune(request, clock=lambda: clock[0])
-    with open(first["cache_file"], "w") as f:
+    with open(first.cache_file, "w") as f:
         f.write('{"choice": ')
-    assert autotune.tune(request, clock=lambda: clock[0])["status"] == "measured"
-    with open(first["cache_file"]) as f:
-        assert json.load(f)["choice"] == first["choice"]
+    assert autotune.tune(request, clock=lambda: clock[0]).status == "measured"
+    with open(first.cache_file) as f:
+        assert json.load(f)["choice"] == first.choice.to_dict()
 
 
 # --- the real Trainer on this CPU, described as one with bfloat16 instructions ---------

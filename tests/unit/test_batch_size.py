@@ -37,15 +37,15 @@ def test_under_the_same_memory_cap_bfloat16_gets_a_larger_batch_than_float32():
         fits = batch_lib.estimated_fits(_estimate(precision), cap)
         chosen[precision] = batch_lib.choose_batch_size(
             precision, fits, f"estimate <= {cap} MB", 32, 4096, "the train split")
-    assert chosen["mixed_bfloat16"]["batch_size"] > chosen["float32"]["batch_size"]
+    assert chosen["mixed_bfloat16"].batch_size > chosen["float32"].batch_size
     for choice in chosen.values():
-        batch = choice["batch_size"]
+        batch = choice.batch_size
         assert batch % batch_lib.BATCH_MULTIPLE == 0
-        assert choice["precision"] in choice["reason"] and f"{batch + 8} would not fit" in \
-            choice["reason"]
+        assert choice.precision in choice.reason and f"{batch + 8} would not fit" in \
+            choice.reason
     estimate = _estimate("float32")
-    assert estimate(chosen["float32"]["batch_size"]) <= cap < estimate(
-        chosen["float32"]["batch_size"] + 8)
+    assert estimate(chosen["float32"].batch_size) <= cap < estimate(
+        chosen["float32"].batch_size + 8)
 
 
 def test_the_estimate_grows_with_the_batch_and_halves_activations_under_bfloat16():
@@ -67,8 +67,8 @@ def test_the_batch_is_a_multiple_of_8_or_a_power_of_two_below_it(limit, expected
 def test_the_train_split_caps_the_batch_and_says_so():
     choice = batch_lib.choose_batch_size("float32", lambda b: True, "estimate", 32, 1149,
                                          "the train split's 1149 examples per replica")
-    assert choice["batch_size"] == 1144
-    assert "the train split's 1149 examples" in choice["reason"]
+    assert choice.batch_size == 1144
+    assert "the train split's 1149 examples" in choice.reason
 
 
 def test_nothing_fitting_names_the_keys_to_change():
@@ -98,12 +98,12 @@ def test_the_gpu_probe_treats_out_of_memory_and_a_peak_over_the_cap_as_not_fitti
 
     fits = batch_lib.measured_fits(run_step, lambda: {"peak": peaks[-1], "current": 0},
                                    peaks.clear, 0, tf.errors.ResourceExhaustedError)
-    assert batch_lib.choose_batch_size("mixed_float16", fits, "GPU", 32, 4096, "")[
-        "batch_size"] == 512
+    assert batch_lib.choose_batch_size("mixed_float16", fits, "GPU", 32, 4096,
+                                       "").batch_size == 512
     capped = batch_lib.measured_fits(run_step, lambda: {"peak": peaks[-1], "current": 0},
                                      peaks.clear, 2000, tf.errors.ResourceExhaustedError)
-    assert batch_lib.choose_batch_size("mixed_float16", capped, "GPU", 32, 4096, "")[
-        "batch_size"] == 200
+    assert batch_lib.choose_batch_size("mixed_float16", capped, "GPU", 32, 4096,
+                                       "").batch_size == 200
 
 
 def test_a_trainer_run_with_batch_size_auto_records_the_batch_and_why(tmp_path):

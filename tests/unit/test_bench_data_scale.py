@@ -10,7 +10,8 @@ import pytest
 import tensorflow as tf
 from PIL import Image
 
-from benchmarks import data_scale, report
+from benchmarks import report
+from benchmarks.measures import data_scale
 from benchmarks.sections.data_scale import MEMORY_FACTOR, SECTION, summarise
 
 PHOTOS = 16  # and MEMORY_FACTOR (10) times as many

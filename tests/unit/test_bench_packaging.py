@@ -16,7 +16,8 @@ def test_setuptools_packages_the_bench_and_not_the_lab():
     with open(REPO / "pyproject.toml", "rb") as f:
         find = tomli.load(f)["tool"]["setuptools"]["packages"]["find"]
     packages = find_packages(str(REPO), include=find["include"], exclude=find.get("exclude", ()))
-    assert {"benchmarks", "benchmarks.sections", "pipelines"} <= set(packages)
+    assert {"benchmarks", "benchmarks.sections", "benchmarks.measures", "pipelines"} <= set(
+        packages)
     assert not [name for name in packages if name.split(".")[0] == "tools"], packages
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from benchmarks import performance
-from benchmarks.autocheck import auto_check_rows
+from benchmarks.measures.autocheck import auto_check_rows
 
 ROW = {"model": "seed_cnn", "precision": "float32", "xla": False, "status": "ok",
        "batch_size": 32, "input_shape": [64, 64, 1], "unit": "images", "error": None,

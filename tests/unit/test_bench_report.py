@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from benchmarks import charts, report
-from benchmarks.autocheck import auto_check_rows
+from benchmarks.measures.autocheck import auto_check_rows
 from benchmarks.sections.throughput import add_speedups
 from components.trainer.batch_size import search_largest_batch
 from tools.lab.sections import SECTIONS as LAB_SECTIONS

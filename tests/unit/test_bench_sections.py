@@ -13,7 +13,7 @@ import typing
 import pytest
 
 from benchmarks import report, sections
-from benchmarks.autocheck import auto_check_rows
+from benchmarks.measures.autocheck import auto_check_rows
 from benchmarks.plan import SECTIONS
 from benchmarks.sections.data_scale import summarise
 from benchmarks.sections.tasks import from_json, to_json

@@ -14,7 +14,7 @@ from PIL import Image
 from components.serving.label_names import read_label_names
 from components.serving.rest_json import RestBodyError, answer, b64, parse_request
 from components.trainer.export import export_serving_model
-from components.trainer.warmup import WARMUP_FILE
+from components.trainer.serving_warmup import WARMUP_FILE
 from models import build_model
 
 LABELS = ["temple", "dahlia", "sky"]

@@ -17,6 +17,7 @@ from components.trainer.input_bound import (
     assess,
     probe_steps_per_sec,
 )
+from components.trainer.tuning_record import CellChoice, TuningRecord
 from tests.trainer_testdata import fn_args_dict, make_fn_args, write_photo_examples
 
 PHOTOS = 1280  # 1024 train: 8 steps of 128 per epoch
@@ -79,11 +80,12 @@ def test_a_share_under_the_threshold_gives_no_advice():
 
 
 def test_the_probe_figure_is_the_chosen_cells_row():
-    tuning = {"choice": {"precision": "mixed_bfloat16", "xla": False},
-              "table": [{"precision": "float32", "xla": False, "step_ms": 10.0},
-                        {"precision": "mixed_bfloat16", "xla": False, "step_ms": 4.0}]}
+    choice = CellChoice("mixed_bfloat16", False, 32)
+    tuning = TuningRecord("measured", choice, "", "", table=(
+        {"precision": "float32", "xla": False, "step_ms": 10.0},
+        {"precision": "mixed_bfloat16", "xla": False, "step_ms": 4.0}))
     assert probe_steps_per_sec(tuning) == 250.0
-    assert probe_steps_per_sec({"status": "off", "table": []}) is None
+    assert probe_steps_per_sec(TuningRecord("off", choice, "", "")) is None
 
 
 def test_crop_flip_advice_says_it_is_never_cached():

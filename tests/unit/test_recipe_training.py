@@ -17,7 +17,7 @@ import pytest
 from components.trainer.config import TrainerConfig
 from components.trainer.fit import fit_model
 from components.trainer.runtime import resolve_runtime, resolve_task
-from components.trainer.tuning import tune_runtime
+from components.trainer.tuning import choose_training
 from components.trainer.warm_start import weights_checksum
 from tests.trainer_testdata import fn_args_dict, make_fn_args, write_digits_examples
 
@@ -35,9 +35,9 @@ def _fit(examples_uri: str, out: str, callbacks=(), **trainer):
     runtime = resolve_runtime(config.trainer, {})
     keras.utils.set_random_seed(config.trainer.seed)
     task = resolve_task(config.model, config.data, fn_args.train_files)
-    runtime, _, probed = tune_runtime(runtime, config.trainer, task, fn_args.train_files)
-    return fit_model(fn_args, config.trainer, runtime, task, fields["model_run_dir"], {},
-                     probed, extra_callbacks=list(callbacks)), runtime
+    choice = choose_training(runtime, config.trainer, task, fn_args.train_files)
+    return fit_model(fn_args, config.trainer, choice.runtime, task, fields["model_run_dir"],
+                     {}, choice.probed_model, extra_callbacks=list(callbacks)), choice.runtime
 
 
 @pytest.mark.parametrize("trainer", [

@@ -6,7 +6,7 @@ import tensorflow as tf
 from tensorflow_serving.apis import prediction_log_pb2
 
 from components.trainer.export import export_serving_model
-from components.trainer.warmup import WARMUP_FILE
+from components.trainer.serving_warmup import WARMUP_FILE
 from models import build_model
 
 

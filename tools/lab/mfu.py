@@ -1,6 +1,6 @@
 """One MFU cell: the bench's throughput cell, timed with a matmul ceiling between windows.
 
-The model, the step and the timing are mptfx bench's (benchmarks/training.py); a matmul
+The model, the step and the timing are mptfx bench's (benchmarks/measures/training.py); a matmul
 ceiling of the compute dtype (tools/lab/ceiling.py) is measured before every window, so
 MFU = counted training FLOP/s (tools/lab/flops.py) ÷ ceiling compares numbers taken under
 the same machine load. With `profile_steps`, the cell also traces that many steps with
@@ -20,14 +20,14 @@ import statistics
 import tempfile
 from typing import Any
 
-from benchmarks.plan import COMPUTE_DTYPES, CellSpec
-from benchmarks.training import (
+from benchmarks.measures.training import (
     MemoryMeter,
     build_compiled_model,
     cell_facts,
     synthetic_batch,
     time_steps,
 )
+from benchmarks.plan import COMPUTE_DTYPES, CellSpec
 from tools.lab.ceiling import MatmulCeiling
 from tools.lab.flops import count_flops
 from tools.lab.kernels import kernel_efficiency, optimizer_update_ms

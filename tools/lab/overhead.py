@@ -37,7 +37,7 @@ import numpy as np
 import tensorflow as tf
 from tfx import v1 as tfx
 
-from benchmarks.training import build_compiled_model
+from benchmarks.measures.training import build_compiled_model
 from components.examples_format import read_label_names
 from components.trainer import data as data_lib
 from components.trainer import module

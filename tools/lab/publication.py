@@ -27,7 +27,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from benchmarks.training import build_compiled_model
+from benchmarks.measures.training import build_compiled_model
 from components.examples_format import read_label_names
 from components.tflite import convert as convert_lib
 from components.trainer import export as export_lib

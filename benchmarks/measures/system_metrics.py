@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.training import build_compiled_model
+from benchmarks.measures.training import build_compiled_model
 from components.tracking import system_metrics
 from components.tracking.live_run import open_run, trainer_environment
 from components.tracking.store import TrackingStore, local_store_uri

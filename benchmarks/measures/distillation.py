@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from benchmarks.mptfx_runs import run_json
+from benchmarks.measures.mptfx_runs import run_json
 
 ALONE = ["--set", "pipeline.name=mptfx-digits-alone", "--set", "pusher.model_name=digits-alone"]
 DISTILLED = ["--set", "trainer.distill.teacher=champion"]

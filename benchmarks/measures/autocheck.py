@@ -29,7 +29,7 @@ def auto_choice(model_name: str, input_shape: Sequence[int], batch_size: int,
     import keras
     import tensorflow as tf
 
-    from benchmarks.training import synthetic_batch
+    from benchmarks.measures.training import synthetic_batch
     from components.trainer import autotune
     from components.trainer import module as trainer_module
     from components.trainer.config import LossScaleSection
@@ -62,10 +62,10 @@ def auto_choice(model_name: str, input_shape: Sequence[int], batch_size: int,
         build=build, batches=batches, batch_for=lambda precision: int(batch_size),
     ))
     keras.mixed_precision.set_dtype_policy("float32")
-    choice = record["choice"]
-    return {"model": model_name, "auto": _cell_label(choice["precision"], choice["xla"]),
-            "status": record["status"], "reason": record["reason"],
-            "probe_seconds": record["probe_seconds"], "table": record["table"]}
+    choice = record.choice
+    return {"model": model_name, "auto": _cell_label(choice.precision, choice.xla),
+            "status": record.status, "reason": record.reason,
+            "probe_seconds": record.probe_seconds, "table": [dict(r) for r in record.table]}
 
 
 def auto_check_rows(throughput: Sequence[Mapping[str, Any]],

@@ -21,7 +21,7 @@ import os
 import shutil
 from typing import Any
 
-from benchmarks.mptfx_runs import run_json
+from benchmarks.measures.mptfx_runs import run_json
 
 PHOTO_SIDE = 224
 PHOTO_QUALITY = 90

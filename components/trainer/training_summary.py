@@ -1,7 +1,7 @@
 """training_summary.json, typed: what one training did, as MLflow tracking, `mptfx bench` and
 the tests read it (the keys are the contract in docs/INTERFACES.md).
 
-    summary = TrainingSummary.of(config, runtime, task, fitted, tuning, checksum, tf_config)
+    summary = TrainingSummary.of(config, choice, task, fitted, checksum, tf_config)
     summary.write(fn_args.model_run_dir)
     summary.to_dict()["val_accuracy"]
 """
@@ -22,7 +22,8 @@ from components.trainer.config import LossScaleSection, TrainerConfig
 from components.trainer.fit import FitResult
 from components.trainer.optimizer import current_loss_scale
 from components.trainer.precision import find_recurrent_layers
-from components.trainer.runtime import Runtime, Task
+from components.trainer.runtime import Task
+from components.trainer.tuning import TrainingChoice
 
 SUMMARY_FILE = "training_summary.json"
 # Not keys of their own: they become `val_<metric>` (and `dice` for segmentation).
@@ -96,17 +97,16 @@ class TrainingSummary:
     def of(
         cls,
         config: TrainerConfig,
-        runtime: Runtime,
+        choice: TrainingChoice,
         task: Task,
         fitted: FitResult,
-        tuning: Mapping[str, Any],
         final_weights_checksum: str,
         tf_config: Mapping[str, Any],
         distill: Mapping[str, Any] | None = None,
         input_bound: Mapping[str, Any] | None = None,
     ) -> TrainingSummary:
         """The summary of a finished training (`distill`: distill_run's record, or None)."""
-        trainer, model = config.trainer, config.model
+        trainer, model, runtime = config.trainer, config.model, choice.runtime
         history = fitted.history
         return cls(
             precision=runtime.policy,
@@ -149,9 +149,9 @@ class TrainingSummary:
             images_per_sec_per_epoch=history.get("images_per_sec", []),
             workers=_cluster_workers(tf_config),
             task_name=pod_env.task_name(tf_config),
-            autotune=dict(tuning),
-            batch_size_reason=tuning.get("batch_size_reason", "requested"),
-            autotune_probe_seconds=tuning["probe_seconds"],
+            autotune=choice.to_dict(),
+            batch_size_reason=choice.batch_size_reason or "requested",
+            autotune_probe_seconds=choice.autotune.probe_seconds,
             model_reason=task.choice.name_reason,
             input_size_reason=task.choice.input_size_reason,
             start_weights=fitted.start_weights.to_dict() if fitted.start_weights else None,

@@ -30,7 +30,7 @@ from typing import Any
 
 import keras
 
-from benchmarks.training import CellSpec, build_compiled_model, synthetic_batch, time_steps
+from benchmarks.measures.training import CellSpec, build_compiled_model, synthetic_batch, time_steps
 from components.examples_format import EVAL_SPLIT, TRAIN_SPLIT, split_pattern
 from components.ingest.builtin_digits import export_digits
 from components.ingest.ingest import ingest

@@ -35,7 +35,7 @@ def _publish(photo_dir: str, out_dir: str, input_size: Sequence[int], batch_size
     """The fitted Keras model, the serving folder it is published in, and the photos."""
     import keras
 
-    from benchmarks.data_scale import labelled_photos
+    from benchmarks.measures.data_scale import labelled_photos
     from components.serving.models_config import ServingLabels, write_labels
     from components.trainer.export import export_serving_model
     from models import build_model
