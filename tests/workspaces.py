@@ -109,22 +109,24 @@ def _relocate_sqlite(path: Path, old: str, new: str) -> None:
 
 
 def pipeline_run_ids(folders: Iterable[Path], since: float = 0.0) -> dict[str, str]:
-    """Run id → a summary.json naming it, for every pipeline run written under `folders`
-    since `since` (a time.time()): each summary.json with a run id and a status, wherever the
-    runner wrote it (`runs/<run id>/`, a Kubernetes driver's log folder, MLflow's copy).
-    Skipped retrains, which ran no pipeline, are left out; copies of a run count once."""
-    found: dict[str, str] = {}
+    """Run id → the summary.json naming it first, for every pipeline run written under
+    `folders` since `since` (a time.time()): each summary.json with a run id and a status,
+    wherever the runner wrote it (`runs/<run id>/`, a Kubernetes driver's log folder, MLflow's
+    copy). Skipped retrains, which ran no pipeline, are left out; the copies of a run count
+    once, under the oldest file (the run's own: a relocated copy rewrites its files)."""
+    found: dict[str, tuple[float, str]] = {}
     for folder in folders:
         if not folder.is_dir():
             continue
         for summary in folder.rglob("summary.json"):
             try:
-                if summary.stat().st_mtime < since:
-                    continue
-                record = json.loads(summary.read_text())
+                written = summary.stat().st_mtime
+                record = json.loads(summary.read_text()) if written >= since else None
             except (OSError, ValueError):
                 continue
             if (isinstance(record, dict) and record.get("run_id") and "status" in record
                     and record["status"] != "skipped"):
-                found.setdefault(str(record["run_id"]), str(summary))
-    return found
+                run_id = str(record["run_id"])
+                found[run_id] = min(found.get(run_id, (written, str(summary))),
+                                    (written, str(summary)))
+    return {run_id: path for run_id, (_, path) in found.items()}
