@@ -262,21 +262,20 @@ def pytest_testnodedown(node, error) -> None:
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
     runs = config.stash.get(_RUNS, {})
     terminalreporter.write_sep("-", f"pipeline runs: {len(runs)}")
+    factory = config._tmp_path_factory  # type: ignore[attr-defined]
+    roots = [shared_root(factory, create=False), factory.getbasetemp()]
     where: dict[str, int] = {}
     for summary in runs.values():
-        where[_owner(Path(summary))] = where.get(_owner(Path(summary)), 0) + 1
+        owner = _owner(Path(summary), roots)
+        where[owner] = where.get(owner, 0) + 1
     for owner, count in sorted(where.items(), key=lambda item: (-item[1], item[0])):
         terminalreporter.write_line(f"  {count}  {owner}")
 
 
-def _owner(summary: Path) -> str:
-    """The temporary folder a run was written under (named after its test or fixture)."""
-    parts = summary.parts
-    for marker in ("shared-workspaces",):
-        if marker in parts:
-            return "/".join(parts[parts.index(marker):parts.index(marker) + 2])
-    for index, part in enumerate(parts):
-        if part.startswith("pytest-") and part[7:].isdigit():
-            rest = [p for p in parts[index + 1:] if not p.startswith("popen-gw")]
-            return rest[0] if rest else part
+def _owner(summary: Path, roots: list[Path]) -> str:
+    """The temporary folder a run was written in (named after its test or fixture)."""
+    for root in roots:
+        if summary.is_relative_to(root):
+            rest = [p for p in summary.relative_to(root).parts if not p.startswith("popen-gw")]
+            return f"{root.name}/{rest[0]}" if root.name == "shared-workspaces" else rest[0]
     return str(summary.parent)

@@ -80,7 +80,8 @@ def relocated_copy(source: Path, target: Path) -> Path:
     """A copy of the workspace `source` at `target`, with every absolute mention of `source`
     (text files, text columns of the sqlite databases) rewritten to `target`."""
     old, new = str(source.resolve()), str(target.resolve())
-    shutil.copytree(source, target, symlinks=True,
+    # New modification times: a copy's files are younger than the run's own (pipeline_run_ids).
+    shutil.copytree(source, target, symlinks=True, copy_function=shutil.copy,
                     ignore=shutil.ignore_patterns("workspace.lock"))
     for path in target.rglob("*"):
         if not path.is_file() or path.is_symlink():

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sqlite3
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -48,8 +51,17 @@ def test_{name}(tmp_path_factory, tmp_path):
 '''
 
 
-def test_a_shared_workspace_is_built_once_and_every_run_counted_once(tmp_path):
-    clone = tmp_path / "checkout"
+@pytest.fixture
+def outside():
+    """A folder outside this session's temporary folders: the probes' made-up runs must not
+    count as this session's."""
+    folder = Path(tempfile.mkdtemp(prefix="mptfx-probe-runs-"))
+    yield folder
+    shutil.rmtree(folder)
+
+
+def test_a_shared_workspace_is_built_once_and_every_run_counted_once(outside):
+    clone = outside / "checkout"
     subprocess.run(["git", "clone", "--quiet", "--local", "--no-hardlinks", str(REPO),
                     str(clone)], check=True, timeout=120)
     for name in ("one", "two"):
@@ -60,7 +72,7 @@ def test_a_shared_workspace_is_built_once_and_every_run_counted_once(tmp_path):
            if name != SHARED_ENV and not name.startswith("PYTEST_XDIST")}
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2",
-         "--dist", "loadfile", "--basetemp", str(tmp_path / "basetemp"),
+         "--dist", "loadfile", "--basetemp", str(outside / "basetemp"),
          "tests/test_probe_one.py", "tests/test_probe_two.py"],
         cwd=clone, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -91,8 +103,8 @@ def test_a_relocated_copy_names_its_own_path_in_files_and_sqlite(tmp_path):
 
 
 @pytest.mark.parametrize("status", ["completed", "failed"])
-def test_a_run_is_counted_whatever_its_outcome(tmp_path, status):
-    run = tmp_path / "ws" / "runs" / "r1"
+def test_a_run_is_counted_whatever_its_outcome(outside, status):
+    run = outside / "ws" / "runs" / "r1"
     run.mkdir(parents=True)
     (run / "summary.json").write_text(json.dumps({"run_id": "r1", "status": status}))
-    assert pipeline_run_ids([tmp_path]) == {"r1": str(run / "summary.json")}
+    assert pipeline_run_ids([outside]) == {"r1": str(run / "summary.json")}
