@@ -16,9 +16,9 @@ path (ML Metadata's artifact URIs, MLflow's artifact locations and model sources
 models.config, summary.json), so the copy rewrites that path to its own in every text file and
 every text column of its sqlite databases, as if it had been trained where it now lies.
 
-`pipeline_run_ids` finds the runs a session made (every summary.json under `runs/<run id>/`
-that is not a skipped retrain; a copy repeats its source's run ids, which count once), and
-tests/conftest.py prints their number at the end of each tier.
+`pipeline_run_ids` finds the runs a session made (every summary.json naming a run that is not
+a skipped retrain, the runs a relocated copy brought along left out), and tests/conftest.py
+prints their number at the end of each tier.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ import pytest
 
 SHARED_ENV = "MPTFX_TEST_WORKSPACES"
 _BUILT, _FAILED = ".built", ".failed"
+_COPIED = ".relocated-copy.json"
 
 
 def shared_root(tmp_path_factory: pytest.TempPathFactory, create: bool = True) -> Path:
@@ -80,8 +81,7 @@ def relocated_copy(source: Path, target: Path) -> Path:
     """A copy of the workspace `source` at `target`, with every absolute mention of `source`
     (text files, text columns of the sqlite databases) rewritten to `target`."""
     old, new = str(source.resolve()), str(target.resolve())
-    # New modification times: a copy's files are younger than the run's own (pipeline_run_ids).
-    shutil.copytree(source, target, symlinks=True, copy_function=shutil.copy,
+    shutil.copytree(source, target, symlinks=True,
                     ignore=shutil.ignore_patterns("workspace.lock"))
     for path in target.rglob("*"):
         if not path.is_file() or path.is_symlink():
@@ -92,6 +92,9 @@ def relocated_copy(source: Path, target: Path) -> Path:
         data = path.read_bytes()
         if old.encode() in data and b"\0" not in data:
             path.write_bytes(data.replace(old.encode(), new.encode()))
+    # The runs copied here were made elsewhere: pipeline_run_ids does not count them again.
+    (target / _COPIED).write_text(json.dumps(
+        {"from": old, "runs": sorted(pipeline_run_ids([target]))}))
     return target
 
 
@@ -110,24 +113,28 @@ def _relocate_sqlite(path: Path, old: str, new: str) -> None:
 
 
 def pipeline_run_ids(folders: Iterable[Path], since: float = 0.0) -> dict[str, str]:
-    """Run id → the summary.json naming it first, for every pipeline run written under
-    `folders` since `since` (a time.time()): each summary.json with a run id and a status,
-    wherever the runner wrote it (`runs/<run id>/`, a Kubernetes driver's log folder, MLflow's
-    copy). Skipped retrains, which ran no pipeline, are left out; the copies of a run count
-    once, under the oldest file (the run's own: a relocated copy rewrites its files)."""
-    found: dict[str, tuple[float, str]] = {}
+    """Run id → the summary.json naming it, for every pipeline run written under `folders`
+    since `since` (a time.time()): each summary.json with a run id and a status, wherever the
+    runner wrote it (`runs/<run id>/`, a Kubernetes driver's log folder, MLflow's copy).
+    Skipped retrains, which ran no pipeline, are left out, and so are the runs a
+    `relocated_copy` brought along (a run made in the copy afterwards counts)."""
+    found: dict[str, str] = {}
     for folder in folders:
         if not folder.is_dir():
             continue
-        for summary in folder.rglob("summary.json"):
+        copied = {marker.parent: set(json.loads(marker.read_text())["runs"])
+                  for marker in folder.rglob(_COPIED)}
+        for summary in sorted(folder.rglob("summary.json")):
             try:
-                written = summary.stat().st_mtime
-                record = json.loads(summary.read_text()) if written >= since else None
+                record = json.loads(summary.read_text()) \
+                    if summary.stat().st_mtime >= since else None
             except (OSError, ValueError):
                 continue
-            if (isinstance(record, dict) and record.get("run_id") and "status" in record
+            if not (isinstance(record, dict) and record.get("run_id") and "status" in record
                     and record["status"] != "skipped"):
-                run_id = str(record["run_id"])
-                found[run_id] = min(found.get(run_id, (written, str(summary))),
-                                    (written, str(summary)))
-    return {run_id: path for run_id, (_, path) in found.items()}
+                continue
+            run_id = str(record["run_id"])
+            if not any(run_id in runs and summary.is_relative_to(copy)
+                       for copy, runs in copied.items()):
+                found.setdefault(run_id, str(summary))
+    return found

@@ -102,6 +102,19 @@ def test_a_relocated_copy_names_its_own_path_in_files_and_sqlite(tmp_path):
         f'base_path: "{source}/serving/digits"'
 
 
+def test_a_copy_counts_only_the_runs_made_in_it(outside):
+    source = outside / "trained"
+    for run_id, folder in (("r-trained", source), ("r-later", outside / "copy")):
+        if folder != source:
+            relocated_copy(source, folder)
+        (folder / "runs" / run_id).mkdir(parents=True)
+        (folder / "runs" / run_id / "summary.json").write_text(
+            json.dumps({"run_id": run_id, "status": "completed", "path": str(folder)}))
+    assert pipeline_run_ids([outside]) == {
+        "r-trained": str(source / "runs" / "r-trained" / "summary.json"),
+        "r-later": str(outside / "copy" / "runs" / "r-later" / "summary.json")}
+
+
 @pytest.mark.parametrize("status", ["completed", "failed"])
 def test_a_run_is_counted_whatever_its_outcome(outside, status):
     run = outside / "ws" / "runs" / "r1"
