@@ -240,13 +240,41 @@ _LEFT_BEHIND = pytest.StashKey[set]()
 # controller, which prints their number at the end of the tier: "pipeline runs: N".
 _STARTED = pytest.StashKey[float]()
 _RUNS = pytest.StashKey[dict]()
+# The unit and integration tiers run no pipeline (docs/DEVELOPMENT.md), but some write made-up
+# summaries of runs (tracking, Kubernetes submission doubles): their folders are not counted.
+_NO_PIPELINE_TIERS = ("unit", "integration")
+_NO_PIPELINE_FOLDERS: list[Path] = []
+_current_tier: list[str] = [""]
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem):
+    parts = item.path.relative_to(REPO).parts if item.path.is_relative_to(REPO) else ()
+    _current_tier[0] = parts[1] if len(parts) > 2 and parts[0] == "tests" else ""
+    try:
+        return (yield)
+    finally:
+        _current_tier[0] = ""
+
+
+def _mktemp_noting_the_tier(original):
+    def mktemp(self, basename: str, numbered: bool = True) -> Path:
+        path = original(self, basename, numbered)
+        if _current_tier[0] in _NO_PIPELINE_TIERS:
+            _NO_PIPELINE_FOLDERS.append(path)
+        return path
+    return mktemp
+
+
+pytest.TempPathFactory.mktemp = _mktemp_noting_the_tier(pytest.TempPathFactory.mktemp)
 
 
 def _count_pipeline_runs(session: pytest.Session) -> None:
     config = session.config
     factory = config._tmp_path_factory  # type: ignore[attr-defined]
     folders = [RUN_DIR, shared_root(factory, create=False), factory.getbasetemp()]
-    runs = pipeline_run_ids(folders, since=config.stash.get(_STARTED, 0.0))
+    runs = pipeline_run_ids(folders, since=config.stash.get(_STARTED, 0.0),
+                            without=_NO_PIPELINE_FOLDERS)
     if hasattr(config, "workeroutput"):
         config.workeroutput["mptfx_pipeline_runs"] = runs
     config.stash.setdefault(_RUNS, {}).update(runs)

@@ -112,13 +112,16 @@ def _relocate_sqlite(path: Path, old: str, new: str) -> None:
     connection.close()
 
 
-def pipeline_run_ids(folders: Iterable[Path], since: float = 0.0) -> dict[str, str]:
+def pipeline_run_ids(folders: Iterable[Path], since: float = 0.0,
+                     without: Iterable[Path] = ()) -> dict[str, str]:
     """Run id → the summary.json naming it, for every pipeline run written under `folders`
     since `since` (a time.time()): each summary.json with a run id and a status, wherever the
     runner wrote it (`runs/<run id>/`, a Kubernetes driver's log folder, MLflow's copy).
     Skipped retrains, which ran no pipeline, are left out, and so are the runs a
-    `relocated_copy` brought along (a run made in the copy afterwards counts)."""
+    `relocated_copy` brought along (a run made in the copy afterwards counts), summaries
+    whose run log is not there (made-up ones) and anything under the folders `without`."""
     found: dict[str, str] = {}
+    without = list(without)
     for folder in folders:
         if not folder.is_dir():
             continue
@@ -131,7 +134,10 @@ def pipeline_run_ids(folders: Iterable[Path], since: float = 0.0) -> dict[str, s
             except (OSError, ValueError):
                 continue
             if not (isinstance(record, dict) and record.get("run_id") and "status" in record
-                    and record["status"] != "skipped"):
+                    and record["status"] != "skipped" and record.get("log_path")
+                    and Path(record["log_path"]).is_file()):
+                continue
+            if any(summary.is_relative_to(folder) for folder in without):
                 continue
             run_id = str(record["run_id"])
             if not any(run_id in runs and summary.is_relative_to(copy)

@@ -28,10 +28,17 @@ from pathlib import Path
 from tests.workspaces import relocated_copy, shared_workspace
 
 
+def _run(workspace, run_id, status):
+    """What a pipeline run leaves: runs/<run id>/ with its log and summary.json."""
+    run = workspace / "runs" / run_id
+    run.mkdir(parents=True)
+    (run / "pipeline.log").write_text("a run's log")
+    (run / "summary.json").write_text(json.dumps(
+        {{"run_id": run_id, "status": status, "log_path": str(run / "pipeline.log")}}))
+
+
 def _build(folder):
-    (folder / "runs" / "r-shared").mkdir(parents=True)
-    (folder / "runs" / "r-shared" / "summary.json").write_text(
-        json.dumps({{"run_id": "r-shared", "status": "completed"}}))
+    _run(folder, "r-shared", "completed")
     with open(folder.parent / "builds.txt", "a") as builds:
         builds.write("built\\n")
 
@@ -40,13 +47,13 @@ def test_{name}(tmp_path_factory, tmp_path):
     shared = shared_workspace(tmp_path_factory, "probe", _build)
     mine = relocated_copy(shared, tmp_path / "ws")  # the shared run again: counts once
     assert (mine / "runs" / "r-shared" / "summary.json").exists()
-    own = tmp_path / "own" / "runs" / "r-{name}"
-    own.mkdir(parents=True)
-    (own / "summary.json").write_text(json.dumps({{"run_id": "r-{name}", "status": "failed"}}))
-    skipped = tmp_path / "skip" / "runs" / "r-skip-{name}"  # a retrain with nothing to do
-    skipped.mkdir(parents=True)
-    (skipped / "summary.json").write_text(
-        json.dumps({{"run_id": "r-skip-{name}", "status": "skipped"}}))
+    _run(tmp_path / "own", "r-{name}", "failed")
+    _run(tmp_path / "skip", "r-skip-{name}", "skipped")  # a retrain with nothing to do
+    # a summary whose run log is not there: made up by a test, not a run
+    made_up = tmp_path / "made-up" / "runs" / "r-made-up"
+    made_up.mkdir(parents=True)
+    (made_up / "summary.json").write_text(json.dumps({{"run_id": "r-x", "status": "completed",
+                                                      "log_path": str(made_up / "absent")}}))
     assert (shared.parent / "builds.txt").read_text() == "built\\n"
 '''
 
@@ -107,9 +114,7 @@ def test_a_copy_counts_only_the_runs_made_in_it(outside):
     for run_id, folder in (("r-trained", source), ("r-later", outside / "copy")):
         if folder != source:
             relocated_copy(source, folder)
-        (folder / "runs" / run_id).mkdir(parents=True)
-        (folder / "runs" / run_id / "summary.json").write_text(
-            json.dumps({"run_id": run_id, "status": "completed", "path": str(folder)}))
+        _run(folder, run_id, "completed")
     assert pipeline_run_ids([outside]) == {
         "r-trained": str(source / "runs" / "r-trained" / "summary.json"),
         "r-later": str(outside / "copy" / "runs" / "r-later" / "summary.json")}
@@ -117,7 +122,14 @@ def test_a_copy_counts_only_the_runs_made_in_it(outside):
 
 @pytest.mark.parametrize("status", ["completed", "failed"])
 def test_a_run_is_counted_whatever_its_outcome(outside, status):
-    run = outside / "ws" / "runs" / "r1"
+    _run(outside / "ws", "r1", status)
+    assert pipeline_run_ids([outside]) == {"r1": str(outside / "ws/runs/r1/summary.json")}
+
+
+def _run(workspace: Path, run_id: str, status: str) -> None:
+    """What a pipeline run leaves: runs/<run id>/ with its log and summary.json."""
+    run = workspace / "runs" / run_id
     run.mkdir(parents=True)
-    (run / "summary.json").write_text(json.dumps({"run_id": "r1", "status": status}))
-    assert pipeline_run_ids([outside]) == {"r1": str(run / "summary.json")}
+    (run / "pipeline.log").write_text("a run's log")
+    (run / "summary.json").write_text(json.dumps(
+        {"run_id": run_id, "status": status, "log_path": str(run / "pipeline.log")}))
