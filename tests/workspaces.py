@@ -37,6 +37,9 @@ import pytest
 SHARED_ENV = "MPTFX_TEST_WORKSPACES"
 _BUILT, _FAILED = ".built", ".failed"
 _COPIED = ".relocated-copy.json"
+# Written by tests/k8s_double.py's `submit` for a run made through a cluster double (the
+# replays), which leaves no summary.json of its own beside a log.
+REPLAYED = "replayed-run.json"
 
 
 def shared_root(tmp_path_factory: pytest.TempPathFactory, create: bool = True) -> Path:
@@ -127,15 +130,16 @@ def pipeline_run_ids(folders: Iterable[Path], since: float = 0.0,
             continue
         copied = {marker.parent: set(json.loads(marker.read_text())["runs"])
                   for marker in folder.rglob(_COPIED)}
-        for summary in sorted(folder.rglob("summary.json")):
+        records = [*folder.rglob("summary.json"), *folder.rglob(REPLAYED)]
+        for summary in sorted(records):
             try:
                 record = json.loads(summary.read_text()) \
                     if summary.stat().st_mtime >= since else None
             except (OSError, ValueError):
                 continue
             if not (isinstance(record, dict) and record.get("run_id") and "status" in record
-                    and record["status"] != "skipped" and record.get("log_path")
-                    and Path(record["log_path"]).is_file()):
+                    and record["status"] != "skipped" and (summary.name == REPLAYED or (
+                        record.get("log_path") and Path(record["log_path"]).is_file()))):
                 continue
             if any(summary.is_relative_to(folder) for folder in without):
                 continue
