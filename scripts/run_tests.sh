@@ -15,10 +15,14 @@ image=$1
 shift
 venv=${VENV:-.venv}
 log=$(mktemp "${TMPDIR:-/tmp}/mptfx-image-build.XXXXXX")
+# The trained workspaces the tiers share (tests/workspaces.py): the image tier's replay reuses
+# the local run the e2e tier made instead of training it again.
+MPTFX_TEST_WORKSPACES=$(mktemp -d "${TMPDIR:-/tmp}/mptfx-test-workspaces.XXXXXX")
+export MPTFX_TEST_WORKSPACES
 
 bash scripts/build_image.sh "$image" >"$log" 2>&1 &
 build=$!
-trap 'kill "$build" 2>/dev/null; wait "$build" 2>/dev/null; rm -f "$log"' EXIT
+trap 'kill "$build" 2>/dev/null; wait "$build" 2>/dev/null; rm -rf "$log" "$MPTFX_TEST_WORKSPACES"' EXIT
 trap 'exit 130' INT TERM
 
 # shellcheck disable=SC2086 # PARALLEL is several words

@@ -12,12 +12,14 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from components.run_summary import RunSummary
+from tests.workspaces import pipeline_run_ids, relocated_copy, shared_root, shared_workspace
 
 REPO = Path(__file__).resolve().parents[1]
 # Every `mptfx` a test starts runs as a user's would: outside the checkout (what it writes to
@@ -128,25 +130,66 @@ def _sql(psycopg2, server: dict, statement: str) -> None:
     connection.close()
 
 
-@pytest.fixture(scope="module")
-def local_run(tmp_path_factory):
-    """The replays' baseline: their SMALL config run through the Python API
-    (`pipelines.api.run_pipeline`: the local runner, sqlite ML Metadata) in this process,
-    which has imported TensorFlow already. Returns (ML Metadata outputs per node, summary)."""
-    from tfx.orchestration import metadata
+# --- trained workspaces, built once per `make test` (tests/workspaces.py) ----------------
+# Two real runs serve every test that needs a trained workspace:
+#   local-run   the replays' SMALL config through the Python API (version 1, stable);
+#   canary      a copy of it plus `mptfx run` of another seed pushed as canary (version 2).
+# A test that changes a workspace takes a `relocated_copy` of one of them.
+CANARY_RUN = ["trainer.seed=7", "pusher.rollout=canary", "evaluator.min_accuracy=0",
+              "evaluator.max_regression=1", "tflite.parity_limit=20"]
 
+
+def _local_run(folder: Path) -> None:
     from pipelines.api import run_pipeline
-    from pipelines.metadata_summary import collect_outputs
-    from pipelines.workspace import Workspace
     from tests.k8s_double import SMALL
 
-    workspace = Workspace(tmp_path_factory.mktemp("local"))
-    summary = run_pipeline(REPO / "configs/local.yaml", workspace.root, overrides=SMALL)
+    summary = run_pipeline(REPO / "configs/local.yaml", folder, overrides=SMALL)
     assert summary.status == "completed", summary.error
+    assert summary.pushed.to_dict() == {"pushed": True, "path": f"{folder}/serving/digits/1",
+                                        "version": "1", "label": "stable"}
+
+
+@pytest.fixture(scope="session")
+def local_run_workspace(tmp_path_factory) -> Path:
+    """The replays' baseline workspace (read only): their SMALL config run through the Python
+    API (`pipelines.api.run_pipeline`: the local runner, sqlite ML Metadata), in the first
+    test process that asks; it pushed version 1 as stable."""
+    return shared_workspace(tmp_path_factory, "local-run", _local_run)
+
+
+@pytest.fixture(scope="session")
+def local_run(local_run_workspace):
+    """The replays' baseline: (ML Metadata outputs per node, summary) of `local_run_workspace`'s
+    one run."""
+    from tfx.orchestration import metadata
+
+    from pipelines.metadata_summary import collect_outputs
+    from pipelines.workspace import Workspace
+
+    workspace = Workspace(local_run_workspace)
+    [summary_file] = workspace.runs_dir.glob("*/summary.json")
+    summary = RunSummary.read(summary_file)
     connection = metadata.sqlite_metadata_connection_config(str(workspace.metadata_path))
     return collect_outputs(connection, summary.pipeline, summary.run_id), summary
 
 
+@pytest.fixture(scope="session")
+def canary_workspace(tmp_path_factory, local_run_workspace) -> Path:
+    """v1 stable + v2 canary (read only; `relocated_copy` it to change it): the local run, then
+    `mptfx run` of another seed with `pusher.rollout: canary` in a copy of its workspace
+    (version 2: canary, MLflow challenger; version 1 stays stable, champion)."""
+    def build(folder: Path) -> None:
+        from tests.k8s_double import SMALL
+
+        folder.rmdir()
+        relocated_copy(local_run_workspace, folder)
+        sets = [arg for setting in SMALL + CANARY_RUN for arg in ("--set", setting)]
+        second = run_mptfx("run", "--config", str(REPO / "configs/local.yaml"),
+                           "--workspace", str(folder), *sets, "--json")
+        assert second.returncode == 0, second.stderr[-3000:]
+        assert second.summary.pushed.label == "canary" and second.summary.pushed.version == "2"
+
+    return shared_workspace(tmp_path_factory, "canary", build)
 
 
 # --- the suite leaves nothing in the checkout -----------------------------------------
@@ -171,11 +214,13 @@ def _is_controller(session: pytest.Session) -> bool:
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
+    session.config.stash[_STARTED] = time.time()
     if _is_controller(session):
         session.config.stash[_LEFT_BEHIND] = checkout_files()
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    _count_pipeline_runs(session)
     if not _is_controller(session) or _LEFT_BEHIND not in session.config.stash:
         return
     left = sorted(checkout_files() - session.config.stash[_LEFT_BEHIND])
@@ -187,3 +232,78 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 
 _LEFT_BEHIND = pytest.StashKey[set]()
+
+
+# --- the pipeline runs a tier made ---------------------------------------------------------
+# Each test process finds the runs written under its temporary folders since it started
+# (tests/workspaces.py: `pipeline_run_ids`); a pytest-xdist worker hands its run ids to the
+# controller, which prints their number at the end of the tier: "pipeline runs: N".
+_STARTED = pytest.StashKey[float]()
+_RUNS = pytest.StashKey[dict]()
+# The unit and integration tiers run no pipeline (docs/DEVELOPMENT.md), but some write made-up
+# summaries of runs (tracking, Kubernetes submission doubles): their folders are not counted.
+_NO_PIPELINE_TIERS = ("unit", "integration")
+_NO_PIPELINE_FOLDERS: list[Path] = []
+_current_tier: list[str] = [""]
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem):
+    parts = item.path.relative_to(REPO).parts if item.path.is_relative_to(REPO) else ()
+    _current_tier[0] = parts[1] if len(parts) > 2 and parts[0] == "tests" else ""
+    try:
+        return (yield)
+    finally:
+        _current_tier[0] = ""
+
+
+def _mktemp_noting_the_tier(original):
+    def mktemp(self, basename: str, numbered: bool = True) -> Path:
+        path = original(self, basename, numbered)
+        if _current_tier[0] in _NO_PIPELINE_TIERS:
+            _NO_PIPELINE_FOLDERS.append(path)
+        return path
+    return mktemp
+
+
+pytest.TempPathFactory.mktemp = _mktemp_noting_the_tier(pytest.TempPathFactory.mktemp)
+
+
+def _count_pipeline_runs(session: pytest.Session) -> None:
+    config = session.config
+    factory = config._tmp_path_factory  # type: ignore[attr-defined]
+    folders = [RUN_DIR, shared_root(factory, create=False), factory.getbasetemp()]
+    runs = pipeline_run_ids(folders, since=config.stash.get(_STARTED, 0.0),
+                            without=_NO_PIPELINE_FOLDERS)
+    if hasattr(config, "workeroutput"):
+        config.workeroutput["mptfx_pipeline_runs"] = runs
+    config.stash.setdefault(_RUNS, {}).update(runs)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:
+    """pytest-xdist: a worker finished; its pipeline runs join the controller's."""
+    runs = getattr(node, "workeroutput", {}).get("mptfx_pipeline_runs", {})
+    node.config.stash.setdefault(_RUNS, {}).update(runs)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    runs = config.stash.get(_RUNS, {})
+    terminalreporter.write_sep("-", f"pipeline runs: {len(runs)}")
+    factory = config._tmp_path_factory  # type: ignore[attr-defined]
+    roots = [shared_root(factory, create=False), factory.getbasetemp()]
+    where: dict[str, int] = {}
+    for summary in runs.values():
+        owner = _owner(Path(summary), roots)
+        where[owner] = where.get(owner, 0) + 1
+    for owner, count in sorted(where.items(), key=lambda item: (-item[1], item[0])):
+        terminalreporter.write_line(f"  {count}  {owner}")
+
+
+def _owner(summary: Path, roots: list[Path]) -> str:
+    """The temporary folder a run was written in (named after its test or fixture)."""
+    for root in roots:
+        if summary.is_relative_to(root):
+            rest = [p for p in summary.relative_to(root).parts if not p.startswith("popen-gw")]
+            return f"{root.name}/{rest[0]}" if root.name == "shared-workspaces" else rest[0]
+    return str(summary.parent)

@@ -30,6 +30,7 @@ from kubernetes.client.exceptions import ApiException
 
 from tests.conftest import RUN_DIR
 from tests.ports import free_port
+from tests.workspaces import REPLAYED
 
 REPO = Path(__file__).resolve().parents[1]
 # The precision the replays pin (the local run and each replay must train alike; `auto`
@@ -258,6 +259,10 @@ def submit(config, ir, run_id: str, cluster, log_dir: Path, plan=None,
         report = runner.run(run_id, plan or plan_nodes(ir, config), location)
     finally:
         cluster.stop()
+    # For the suite's count of pipeline runs (tests/workspaces.py).
+    log_dir.mkdir(parents=True, exist_ok=True)
+    (log_dir / REPLAYED).write_text(json.dumps(
+        {"run_id": run_id, "status": "completed" if report.succeeded else "failed"}))
     return report, location, out.getvalue()
 
 

@@ -1,7 +1,7 @@
 """Distillation through the whole pipeline: a champion, then a student distilled from it
 with `trainer.distill.teacher: champion`. Two pipeline runs through the Python API in one
-workspace: the teacher's (the replays' SMALL config) and the student's (a narrower
-seed_cnn, the int8 TF Lite variant).
+workspace: the teacher's (the replays' SMALL config: the suite's shared local run, copied) and
+the student's (a narrower seed_cnn, the int8 TF Lite variant).
 
 What a user would check: the student is gated against its own model's baseline, published
 under its own name with a TF Lite int8 model that passed the parity gate, the teacher's
@@ -15,11 +15,13 @@ from pathlib import Path
 
 import pytest
 
+from components.run_summary import RunSummary
 from components.serving.models_config import models_config_path, read_labels
 from components.tracking.store import mlflow_client
 from pipelines.api import run_pipeline
 from tests.folders import tree_hash
 from tests.k8s_double import SMALL
+from tests.workspaces import relocated_copy
 
 REPO = Path(__file__).resolve().parents[2]
 STUDENT = ["trainer.distill.teacher=champion", "model.name=seed_cnn",
@@ -27,11 +29,12 @@ STUDENT = ["trainer.distill.teacher=champion", "model.name=seed_cnn",
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
+def runs(local_run_workspace, tmp_path_factory):
     """(teacher summary, student summary, the teacher's serving hash and labels before the
-    student's run, the workspace)."""
-    workspace = tmp_path_factory.mktemp("distill")
-    teacher = run_pipeline(REPO / "configs/local.yaml", workspace, overrides=SMALL)
+    student's run, the workspace). The teacher's run is the suite's local run (the replays'
+    SMALL config through the Python API, tests/conftest.py), copied."""
+    workspace = relocated_copy(local_run_workspace, tmp_path_factory.mktemp("distill") / "ws")
+    [teacher] = [RunSummary.read(path) for path in workspace.glob("runs/*/summary.json")]
     assert teacher.status == "completed" and teacher.pushed.pushed, teacher.error
     serving = workspace / "serving"
     before = (tree_hash(serving / "digits"),

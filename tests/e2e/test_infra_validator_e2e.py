@@ -1,7 +1,8 @@
 """End to end: a candidate that trains, evaluates and is blessed, but fails in serving, is
-never pushed. The real `mptfx run`, twice in one workspace: a small default run pushes
-version 1; then tests/data/user_models/fails_on_blank_images.py (its contrast layer asserts
-that an image has ink; the SavedModel's warm-up records are blank images, as TF Serving's
+never pushed. Two real runs in one workspace: the suite's local run (tests/conftest.py,
+copied) pushed version 1; then `mptfx run` of
+tests/data/user_models/fails_on_blank_images.py (its contrast layer asserts that an image
+has ink; the SavedModel's warm-up records are blank images, as TF Serving's
 `--enable_model_warmup` replays them) is trained, blessed by the Evaluator and refused by the
 InfraValidator: exit 1, one line naming the cause, the serving folder unchanged byte for
 byte, and summary.json's `infra` section saying why.
@@ -13,6 +14,8 @@ import hashlib
 from pathlib import Path
 
 import pytest
+
+from tests.workspaces import relocated_copy
 
 pytestmark = pytest.mark.e2e
 
@@ -38,11 +41,10 @@ def _tree_hash(folder: Path) -> str:
 
 
 @pytest.fixture(scope="module")
-def refused(mptfx, tmp_path_factory):
-    workspace = tmp_path_factory.mktemp("infra")
-    first = mptfx("run", "--workspace", str(workspace), "--json", *_sets(*TINY))
-    assert first.returncode == 0, first.stderr[-3000:]
-    assert first.summary.infra.blessed is True and first.summary.pushed.version == "1"
+def refused(mptfx, local_run, local_run_workspace, tmp_path_factory):
+    _, first = local_run  # the suite's local run pushed version 1 (tests/conftest.py)
+    assert first.infra.blessed is True and first.pushed.version == "1"
+    workspace = relocated_copy(local_run_workspace, tmp_path_factory.mktemp("infra") / "ws")
     serving = workspace / "serving"
     before = _tree_hash(serving)
     # max_regression 1: the Evaluator blesses it against version 1, so only the

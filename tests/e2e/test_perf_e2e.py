@@ -1,5 +1,6 @@
-"""End to end: `mptfx bench`'s auto_check section, the stock TFX pipeline it times beside
-`mptfx run`, and `mptfx doctor`'s exit code, each as a user runs them (fresh processes)."""
+"""End to end: the stock TFX pipeline `mptfx bench` times beside `mptfx run`, `mptfx doctor`'s
+exit code and the batch a run chooses, each as a user runs them (fresh processes). The bench
+sections themselves: tests/e2e/test_bench_e2e.py."""
 
 from __future__ import annotations
 
@@ -13,34 +14,6 @@ import pytest
 pytestmark = pytest.mark.e2e
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def test_bench_auto_check_names_auto_fastest_and_ratio_per_model(mptfx, tmp_path):
-    result = mptfx(
-        "bench", "--quick", "--workspace", str(tmp_path),
-        "--sections", "throughput,auto_check", "--models", "seed_cnn",
-        "--precisions", "float32,mixed_bfloat16", "--xla", "off",
-        "--input-shape", "16x16x1", "--batch-size", "8",
-        "--windows", "2", "--window-seconds", "0.1", "--warmup-seconds", "0",
-        timeout=900,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-    results = json.loads((tmp_path / "bench" / "results.json").read_text())
-    (entry,) = results["auto_check"]
-    assert entry["model"] == "seed_cnn"
-    measured = {f"{r['precision']} xla off": r["samples_per_sec"]
-                for r in results["throughput"] if r["status"] == "ok"}
-    assert entry["fastest"] == max(measured, key=measured.get)
-    assert entry["auto"] in measured
-    assert entry["ratio"] == pytest.approx(measured[entry["auto"]] / measured[entry["fastest"]])
-    assert "### auto check" in (tmp_path / "bench" / "results.md").read_text()
-    # The verdict on auto is the auto check's own choice and ratio (issue 24).
-    (verdict,) = [line for line in results["verdicts"] if "`auto`" in line]
-    assert verdict.startswith(f"seed_cnn: `auto` ({entry['auto_status']}) chooses "
-                              f"{entry['auto']}")
-    assert ("the fastest cell." in verdict) == (entry["auto"] == entry["fastest"])
-    if entry["auto"] != entry["fastest"]:
-        assert f"runs at {entry['ratio']:.2f}× the fastest cell" in verdict
 
 
 def test_the_stock_tfx_pipeline_trains_evaluates_and_pushes(tmp_path):

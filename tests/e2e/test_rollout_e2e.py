@@ -1,7 +1,8 @@
 """End to end: `mptfx serve rollout` judges a real canary push with a real Prometheus.
 
-Two real pipeline runs in one workspace make version 1 (`pusher.rollout: direct`, stable,
-MLflow champion) and version 2 (`pusher.rollout: canary`, canary, challenger), trained enough
+Two real pipeline runs in one workspace (the suite's `canary_workspace`, tests/conftest.py,
+copied) make version 1 (`pusher.rollout: direct`, stable, MLflow champion) and version 2
+(`pusher.rollout: canary`, canary, challenger), trained enough
 (eval accuracy about 0.9) that a healthy canary predicts like the stable. Then, as on the
 cluster (k8s/base/serving.yaml), each track has its own TF Serving with the metrics sidecar in
 front of it:
@@ -44,13 +45,10 @@ from tests.ports import free_port
 from tests.prometheus_server import ScrapeTarget, prometheus_server
 from tests.tf_serving_double import METRICS_PATH, serve_models
 from tests.tf_serving_double import served as served_models
+from tests.workspaces import relocated_copy
 
 pytestmark = pytest.mark.e2e
 
-TRAINED = ["--set", "trainer.epochs=8", "--set", "data.builtin_per_class=40",
-           "--set", "trainer.precision=float32", "--set", "evaluator.min_accuracy=0",
-           "--set", "evaluator.max_regression=1", "--set", "tflite.variants=[fp32]",
-           "--set", "tflite.parity_limit=20"]
 # Seconds, not minutes: 1 s scrapes, 10 s windows. Up to 24 requests/s of 4 images each give
 # the first step (25 %) up to 60 canary requests and 240 predictions a window, where
 # sampling alone puts the Jensen-Shannon distance of two healthy models near 0.1
@@ -65,15 +63,10 @@ ANALYSIS = {"steps": "[25, 50, 100]", "interval": "10", "min_requests": "20",
 
 
 @pytest.fixture(scope="module")
-def workspace(mptfx, tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("rollout-ws")
-    first = mptfx("run", "--workspace", str(root), *TRAINED, "--json")
-    assert first.returncode == 0, first.stderr[-3000:]
-    second = mptfx("run", "--workspace", str(root), *TRAINED, "--set", "trainer.seed=7",
-                   "--set", "pusher.rollout=canary", "--json")
-    assert second.returncode == 0, second.stderr[-3000:]
-    assert second.summary.pushed.label == "canary" and second.summary.pushed.version == "2"
-    return root
+def workspace(canary_workspace, tmp_path_factory) -> Path:
+    """This module's copy of the suite's v1 stable + v2 canary workspace (tests/conftest.py:
+    the replays' SMALL config, trained to eval accuracy about 0.9), which rollouts change."""
+    return relocated_copy(canary_workspace, tmp_path_factory.mktemp("rollout") / "ws")
 
 
 def serve(workspace: Path, *args: str) -> CliResult:

@@ -1,8 +1,9 @@
 """End to end: rolling models out with `mptfx serve` after two real, tiny pipeline runs.
 
-One workspace, two `mptfx run`s: the first pushes version 1 with `pusher.rollout: direct`
-(it becomes stable, MLflow champion), the second trains another seed and pushes version 2
-with `pusher.rollout: canary` (it becomes canary, MLflow challenger). The tests then drive
+One workspace, two real runs (the suite's `canary_workspace`, tests/conftest.py, copied): the
+first pushes version 1 with `pusher.rollout: direct` (it becomes stable, MLflow champion), the
+second trains another seed and pushes version 2 with `pusher.rollout: canary` (it becomes
+canary, MLflow challenger). The tests then drive
 `mptfx serve` as a user would and read back what TF Serving would read: models.config
 parsed with TF Serving's own `model_server_config_pb2`, and the aliases in MLflow.
 """
@@ -25,26 +26,15 @@ import yaml
 from tests.conftest import RUN_DIR, CliResult
 from tests.tf_serving_double import serve_models
 from tests.tf_serving_double import served as served_models
+from tests.workspaces import relocated_copy
 
 pytestmark = pytest.mark.e2e
 
-TINY = ["--set", "trainer.epochs=1", "--set", "data.builtin_per_class=30",
-        "--set", "evaluator.min_accuracy=0", "--set", "evaluator.max_regression=1",
-        "--set", "tflite.variants=[fp32]", "--set", "tflite.parity_limit=20"]
-
-
 @pytest.fixture(scope="module")
-def workspace(mptfx, tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("serve-ws")
-    first = mptfx("run", "--workspace", str(root), *TINY, "--json")
-    assert first.returncode == 0, first.stderr[-3000:]
-    assert first.summary.pushed.to_dict() == {"pushed": True, "path": f"{root}/serving/digits/1",
-                                                 "version": "1", "label": "stable"}
-    second = mptfx("run", "--workspace", str(root), *TINY, "--set", "trainer.seed=7",
-                   "--set", "pusher.rollout=canary", "--json")
-    assert second.returncode == 0, second.stderr[-3000:]
-    assert second.summary.pushed.label == "canary"
-    return root
+def workspace(canary_workspace, tmp_path_factory) -> Path:
+    """This module's copy of the suite's v1 stable + v2 canary workspace (tests/conftest.py),
+    which the tests below change."""
+    return relocated_copy(canary_workspace, tmp_path_factory.mktemp("serve") / "ws")
 
 
 def serve(mptfx, workspace: Path, *args: str, process: bool = False, env: dict | None = None):
