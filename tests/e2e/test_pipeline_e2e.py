@@ -173,7 +173,7 @@ _OWN_LINE = re.compile(
     r"|  mlflow: run [0-9a-f]{32} in experiment .+"
     r"|  component +status +seconds"
     r"|  \w+ +(completed|cached|failed|skipped) +[\d.-]+"
-    r"|  (run|data|model|trainer|eval|infra|pushed|tflite( \w+)?|error|summary): +\S.*"
+    r"|  (run|data|model|trainer|input|eval|infra|pushed|tflite( \w+)?|error|report|summary): +\S.*"
     r"|")
 _TF_LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: [IWE] ", re.MULTILINE)
 
