@@ -10,11 +10,11 @@ byte, and summary.json's `infra` section saying why.
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
 import pytest
 
+from tests.folders import tree_hash
 from tests.workspaces import relocated_copy
 
 pytestmark = pytest.mark.e2e
@@ -32,21 +32,13 @@ def _sets(*settings: str) -> list[str]:
     return [arg for setting in settings for arg in ("--set", setting)]
 
 
-def _tree_hash(folder: Path) -> str:
-    """Every file's relative path and bytes under `folder`, hashed."""
-    digest = hashlib.sha256()
-    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
-        digest.update(str(path.relative_to(folder)).encode() + b"\0" + path.read_bytes())
-    return digest.hexdigest()
-
-
 @pytest.fixture(scope="module")
 def refused(mptfx, local_run, local_run_workspace, tmp_path_factory):
     _, first = local_run  # the suite's local run pushed version 1 (tests/conftest.py)
     assert first.infra.blessed is True and first.pushed.version == "1"
     workspace = relocated_copy(local_run_workspace, tmp_path_factory.mktemp("infra") / "ws")
     serving = workspace / "serving"
-    before = _tree_hash(serving)
+    before = tree_hash(serving)
     # max_regression 1: the Evaluator blesses it against version 1, so only the
     # InfraValidator stands between it and the push.
     second = mptfx("run", "--workspace", str(workspace), "--json", *_sets(
@@ -69,7 +61,7 @@ def test_a_candidate_failing_in_serving_is_exit_1_with_one_line_naming_the_cause
 
 
 def test_the_serving_folder_is_unchanged_and_nothing_was_pushed(refused):
-    assert _tree_hash(refused["serving"]) == refused["before"]
+    assert tree_hash(refused["serving"]) == refused["before"]
     summary = refused["second"].summary
     assert summary.eval.blessed is True  # the Evaluator let it through
     assert summary.pushed.to_dict() == {"pushed": False}
