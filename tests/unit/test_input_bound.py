@@ -41,7 +41,9 @@ def test_photos_decoded_every_epoch_are_input_bound_with_advice(photos, tmp_path
                                                                  restore_dtype_policy):
     summary = _train(photos, str(tmp_path), augment="crop_flip", cache_max_mb=0)
     record = summary["input_bound"]
-    assert record["wait_share"] > 0.5, record
+    # The product's threshold, not a tighter one: under `make test` another worker trains on
+    # the same two cores, and the measured share swung from 0.49 to 0.85 between epochs.
+    assert record["wait_share"] >= INPUT_BOUND_SHARE, record
     assert record["input_bound"] is True
     sentence = record["advice"]
     for named in ("trainer.cache_max_mb", "data.shard_mb", "decode size", "trainer.augment",
