@@ -162,7 +162,7 @@ def symmetric_hybrid_inputs(tflite_model: bytes) -> bytes:
     one sign, which training produces: the 16,384 x 128 Dense of the seed CNN on 64x64
     photos came out up to 10 off (values of at most 6), so dynamic_int8 flipped 12 % of
     the images full int8 and fp32 classified alike; a synthetic 16,384-input layer
-    reproduces it, a 4,096-input one does not (tests/unit/test_tflite.py). Symmetric
+    reproduces it, a 4,096-input one does not (tests/integration/test_tflite.py). Symmetric
     input quantization (the option off) computes the same layer within 0.1 %. It costs
     at most one bit of input resolution for inputs that are all of one sign.
     """

@@ -1,6 +1,7 @@
-"""End to end: the stock TFX pipeline `mptfx bench` times beside `mptfx run`, `mptfx doctor`'s
-exit code and the batch a run chooses, each as a user runs them (fresh processes). The bench
-sections themselves: tests/e2e/test_bench_e2e.py."""
+"""End to end: the stock TFX pipeline `mptfx bench` times beside `mptfx run` and `mptfx
+doctor`'s exit code, each as a user runs them (fresh processes). The bench sections
+themselves: tests/e2e/test_bench_e2e.py; the batch a run chooses under `batch_size: auto`:
+tests/e2e/test_tracking_e2e.py (its offline run asks for it)."""
 
 from __future__ import annotations
 
@@ -37,25 +38,3 @@ def test_doctor_exits_0_on_this_cpu_machine(mptfx):
     assert result.returncode == 0, result.stdout + result.stderr
     assert "XLA compiles on /device:CPU:0" in result.stdout
     assert result.stdout.rstrip().endswith("nothing to fix")
-
-
-def test_a_pipeline_run_records_the_chosen_batch_and_the_probe_cost(mptfx, tmp_path):
-    workspace = tmp_path / "ws"
-    result = mptfx(
-        "run", "--json", "--workspace", str(workspace),
-        "--set", "data.builtin_per_class=30", "--set", "trainer.epochs=1",
-        "--set", "trainer.batch_size=auto", "--set", "trainer.batch_memory_mb=16",
-        "--set", "evaluator.min_accuracy=0", "--set", "tflite.variants=[fp32]",
-        timeout=900,
-    )
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
-    trainer = json.loads(result.stdout)["trainer"]
-    assert trainer["batch_size"] % 8 == 0
-    assert trainer["batch_size_reason"].startswith(
-        f"batch_size auto under {trainer['precision']}: {trainer['batch_size']} (")
-    assert "trainer.batch_memory_mb 16 MB" in trainer["batch_size_reason"]
-    assert trainer["autotune_probe_seconds"] >= 0
-    tuning = trainer["autotune"]
-    assert tuning["status"] in ("measured", "one candidate")
-    if tuning["status"] == "measured":  # a CPU with bfloat16 instructions, or a GPU
-        assert tuning["cache_file"].startswith(str(workspace / "autotune"))

@@ -348,47 +348,41 @@ def test_tflite_edge_variants_are_smaller_and_faithful(digits_run):
 
 
 @pytest.fixture(scope="session")
-def unblessed_runs(mptfx, digits_run, user_data):
-    """Two more runs in the same workspace: an impossible accuracy floor, then a worse model
-    (1 epoch) judged against the blessed one. TFX's cache reuses the unchanged components."""
+def unblessed_run(mptfx, digits_run, user_data):
+    """One more run in the same workspace: a worse model (1 epoch) under an impossible
+    accuracy floor, judged against the blessed one. TFX's cache reuses the unchanged
+    components."""
     workspace = digits_run[0]
-    strict = mptfx("run", "--workspace", str(workspace), "--data", str(user_data), "--json",
-                   "--set", "evaluator.min_accuracy=0.999")
-    worse = mptfx("run", "--workspace", str(workspace), "--data", str(user_data), "--json",
-                  "--set", "trainer.epochs=1", "--set", "evaluator.min_accuracy=0.2")
-    return strict, worse
+    return mptfx("run", "--workspace", str(workspace), "--data", str(user_data), "--json",
+                 "--set", "trainer.epochs=1", "--set", "evaluator.min_accuracy=0.999")
 
 
-def test_accuracy_floor_not_met_reports_why_and_pushes_nothing(digits_run, unblessed_runs):
-    strict = unblessed_runs[0]
-    assert strict.returncode == 0, strict.stderr[-2000:]
-    summary = strict.summary
+def test_accuracy_floor_not_met_reports_why_and_pushes_nothing(digits_run, unblessed_run):
+    assert unblessed_run.returncode == 0, unblessed_run.stderr[-2000:]
+    summary = unblessed_run.summary
     assert summary.status == "completed"
-    assert summary.components["Trainer"].status == "cached"
+    assert summary.components["Ingest"].status == "cached"
     assert summary.eval.blessed is False
-    (reason,) = summary.eval.why_not_blessed
+    (reason,) = [why for why in summary.eval.why_not_blessed if "min_accuracy" in why]
     assert "sparse_categorical_accuracy" in reason and "min_accuracy 0.999" in reason
     assert f"{summary.eval.accuracy:.4f}" in reason
     assert summary.pushed.to_dict() == {"pushed": False}
     # Nothing to push, nothing to check: not an InfraValidator refusal, still exit 0.
     assert summary.infra.checked is False and summary.infra.blessed is False
-    assert "NOT blessed" in strict.stderr
+    assert "NOT blessed" in unblessed_run.stderr
     served = Path(digits_run[1].summary.pushed.path).parent
     assert sorted(p.name for p in served.iterdir()) == ["1"]
     assert "not pushed" in summary.tflite["skipped"]
 
 
-def test_worse_model_is_not_blessed_against_the_blessed_one(digits_run, unblessed_runs):
-    worse = unblessed_runs[1]
-    assert worse.returncode == 0, worse.stderr[-2000:]
-    summary = worse.summary
+def test_worse_model_is_not_blessed_against_the_blessed_one(digits_run, unblessed_run):
+    summary = unblessed_run.summary
     assert summary.components["Trainer"].status == "completed"
     evaluation = summary.eval
     assert evaluation.blessed is False
+    assert evaluation.accuracy < digits_run[1].summary.eval.accuracy
     assert evaluation.baseline_accuracy == digits_run[1].summary.eval.accuracy
     assert any("against the latest blessed model" in why for why in evaluation.why_not_blessed)
-    served = Path(digits_run[1].summary.pushed.path).parent
-    assert sorted(p.name for p in served.iterdir()) == ["1"]
 
 
 def test_mlflow_loads_the_champion_and_predicts_with_the_evaluators_accuracy(digits_run,

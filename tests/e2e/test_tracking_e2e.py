@@ -3,8 +3,9 @@
 On a small digits subset, everything checked through `MlflowClient` or HTTP:
 - workspace A: a run with no tracking settings → A/mlflow.db, served by `mptfx ui`; then
   `mptfx sweep` over float32 and mixed_float16 → two runs on server 1, then `compare`;
-- workspace B, tracking.uri = server 2 while nothing listens on its port: the run completes,
-  warns once, is recorded in B/mlflow.db; `tracking.required=true` fails before any
+- workspace B, tracking.uri = server 2 while nothing listens on its port: the run (batch
+  `auto`, which it records with the probe's cost) completes, warns once, is recorded in
+  B/mlflow.db; `tracking.required=true` fails before any
   component; server 2 then starts (the run still trains) and `mptfx tracking sync` copies it.
 The independent parts run side by side: most of a run's time is spent importing libraries.
 """
@@ -194,10 +195,13 @@ def offline(root, offline_workspace, later_server):
     """A run that may fall back and one that may not, both pointed at server 2 before it
     exists; once both have looked, server 2 starts while the first one still trains."""
     tracked = ["--set", f"tracking.uri={later_server.uri}"]
-    # One epoch; an accuracy floor of 1.0 → not blessed → the challenger.
+    # One epoch; an accuracy floor of 1.0 → not blessed → the challenger. The batch is
+    # `auto` under a 16 MB cap: the run records the batch it chose and the probe's cost.
     fallback = Launched(root, "fallback", "run", "--workspace", str(offline_workspace),
                         "--json", *SMALL, *tracked, "--set", "trainer.epochs=1",
-                        "--set", "evaluator.min_accuracy=1.0")
+                        "--set", "evaluator.min_accuracy=1.0",
+                        "--set", "trainer.batch_size=auto",
+                        "--set", "trainer.batch_memory_mb=16")
     required = Launched(root, "required", "run", "--workspace", str(root / "workspace-c"),
                         "--json", *SMALL, *tracked, "--set", "tracking.required=true")
     required_result = required.wait()
@@ -378,6 +382,21 @@ def test_with_the_server_down_the_run_completes_warns_once_and_is_kept_locally(
     run = local.get_run(section["run_id"])
     assert run.data.tags["mptfx.tfx_run_id"] == fallback_run.json["run_id"]
     assert run.data.params["epochs"] == "1" and run.data.tags["mptfx.blessed"] == "false"
+
+
+def test_a_pipeline_run_records_the_chosen_batch_and_the_probe_cost(fallback_run,
+                                                                   offline_workspace):
+    assert fallback_run.returncode == 0, fallback_run.stderr[-3000:]
+    trainer = fallback_run.json["trainer"]
+    assert trainer["batch_size"] % 8 == 0
+    assert trainer["batch_size_reason"].startswith(
+        f"batch_size auto under {trainer['precision']}: {trainer['batch_size']} (")
+    assert "trainer.batch_memory_mb 16 MB" in trainer["batch_size_reason"]
+    assert trainer["autotune_probe_seconds"] >= 0
+    tuning = trainer["autotune"]
+    assert tuning["status"] in ("measured", "one candidate")
+    if tuning["status"] == "measured":  # a CPU with bfloat16 instructions, or a GPU
+        assert tuning["cache_file"].startswith(str(offline_workspace / "autotune"))
 
 
 def test_tracking_required_fails_before_any_component_runs(offline, later_server, root):

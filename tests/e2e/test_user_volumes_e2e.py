@@ -4,7 +4,8 @@ The folder holds 40 cubes as `.npy` pairs and 40 spheres as NIfTI `.nii.gz` pair
 synthetic shapes of components/ingest/synthetic_volumes.py, saved as a user would save
 real scans, CT-like int16 intensities), one volume without its mask and one whose mask has
 another shape. The real `mptfx run` ingests them (quarantining the two), trains unet3d and
-gates it on Dice.
+gates it on Dice, which TFMA computes over the eval voxels. (`data.source:
+synthetic:volumes`, the built-in volumes: tests/integration/test_data_selection.py.)
 """
 
 from __future__ import annotations
@@ -68,6 +69,26 @@ def test_user_volumes_train_the_unet_above_the_dice_floor(volumes_run):
     assert trainer.task == "segmentation" and trainer.input_shape == [16, 16, 16, 1]
     assert trainer.dice >= 0.8
     assert summary.eval.blessed is True and summary.pushed.pushed is True
+    # No TF Lite for a 3D model; every other component ran.
+    assert set(summary.components) == {
+        "Ingest", "StatisticsGen", "SchemaGen", "ExampleValidator", "DataValidationGate",
+        "Trainer", "LatestBlessedModel", "Evaluator", "InfraValidator", "Pusher"}
+
+
+def test_the_evaluator_gates_on_dice_not_accuracy(volumes_run):
+    import tensorflow_model_analysis as tfma
+
+    summary = volumes_run
+    assert summary.trainer.dice >= summary.config["evaluator"]["min_dice"]
+    metrics = {}
+    for slice_metrics in tfma.load_metrics(summary.eval.evaluation_uri):
+        if not slice_metrics.slice_key.single_slice_keys:
+            for entry in slice_metrics.metric_keys_and_values:
+                metrics[entry.key.name] = entry.value.double_value.value
+    assert "sparse_categorical_accuracy" not in metrics
+    # The served float32 copy agrees with the Trainer's own (mixed-precision) validation Dice.
+    assert metrics["dice"] == pytest.approx(summary.trainer.dice, abs=0.02)
+    assert summary.eval.blessed is True
 
 
 def test_broken_pairs_are_quarantined_with_their_reason(volumes_run):

@@ -158,3 +158,31 @@ def test_the_ingest_refuses_a_listing_that_changed_or_is_gone(tmp_path):
     listing.unlink()
     with pytest.raises(DataError, match=f"cannot read the data listing {listing}"):
         load_selection(selection.parameter())
+
+
+def test_synthetic_volumes_are_exported_once_and_ingested_with_their_masks(tmp_path):
+    """`data.source: synthetic:volumes` (the e2e tier trains the U-Net on a user's own
+    volume folder, tests/e2e/test_user_volumes_e2e.py, with the same Dice-gated Evaluator):
+    the cubes and spheres are written into the workspace at the model's slice size as one
+    TFRecord file, listed, and the real Ingest makes an example of every volume, its mask
+    kept; a second run reuses the export."""
+    config = _config(tmp_path, "data.source=synthetic:volumes", "model.name=unet3d",
+                     "model.input_size=[8,8]", "data.builtin_per_class=6")
+    workspace = Workspace(tmp_path / "ws")
+
+    selection = resolve_data(config, workspace, None)
+    assert selection.kind == "tfrecords"
+    assert Path(selection.root).is_relative_to(tmp_path / "ws")
+    (exported,) = selection.listing.files
+    assert os.stat(os.path.join(selection.root, exported.path)).st_mtime_ns == exported.mtime_ns
+    assert resolve_data(config, workspace, None).fingerprint == selection.fingerprint
+
+    _run_ingest(config, workspace, selection, "v1")
+    examples = [tf.train.Example.FromString(record.numpy()) for record in tf.data.TFRecordDataset(
+        sorted(str(path) for path in (tmp_path / "ws").rglob("Split-*/*.gz")),
+        compression_type="GZIP")]
+    assert len(examples) == 2 * 6
+    for example in examples:
+        features = example.features.feature
+        assert features["depth"].int64_list.value == [8]
+        assert len(features["mask"].int64_list.value) == 8 * 8 * 8
