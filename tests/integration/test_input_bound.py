@@ -28,22 +28,23 @@ def photos(tmp_path_factory) -> str:
     return write_photo_examples(str(tmp_path_factory.mktemp("photos")), PHOTOS)
 
 
-def _train(photos: str, out: str, **trainer: object) -> dict:
+def _train(photos: str, out: str, epochs: int = 4, **trainer: object) -> dict:
     from components.trainer import module
 
     fields = fn_args_dict(photos, out, input_size=(16, 16), params={"dense_units": 16},
-                          epochs=4, batch_size=128, autotune="off", **trainer)
+                          epochs=epochs, batch_size=128, autotune="off", **trainer)
     result = module.train_and_export(make_fn_args(fields, light=True))
     return result.summary.to_dict()
 
 
 def test_photos_decoded_every_epoch_are_input_bound_with_advice(photos, tmp_path,
                                                                  restore_dtype_policy):
-    summary = _train(photos, str(tmp_path), augment="crop_flip", cache_max_mb=0)
+    # Six epochs: the share is the median of the epochs after the first, and under `make
+    # test` (another worker and the image build on the same two cores) single epochs swung
+    # from 0.46 to 0.85; quiet, every epoch after the first measures about 0.81.
+    summary = _train(photos, str(tmp_path), epochs=6, augment="crop_flip", cache_max_mb=0)
     record = summary["input_bound"]
-    # The product's threshold, not a tighter one: under `make test` another worker trains on
-    # the same two cores, and the measured share swung from 0.49 to 0.85 between epochs.
-    assert record["wait_share"] >= INPUT_BOUND_SHARE, record
+    assert record["wait_share"] > 0.5, record
     assert record["input_bound"] is True
     sentence = record["advice"]
     for named in ("trainer.cache_max_mb", "data.shard_mb", "decode size", "trainer.augment",
@@ -53,7 +54,7 @@ def test_photos_decoded_every_epoch_are_input_bound_with_advice(photos, tmp_path
     # The model alone (no probe here: float32 is the one candidate) was timed after training.
     assert record["model_steps_per_sec"] > record["steps_per_sec"]
     assert record["model_steps_source"] == "measured after training on one cached batch"
-    assert len(summary["history"]["input_wait_share"]) == 4  # per epoch, for MLflow too
+    assert len(summary["history"]["input_wait_share"]) == 6  # per epoch, for MLflow too
 
 
 def test_the_same_photos_cached_are_not_input_bound(photos, tmp_path, restore_dtype_policy):
