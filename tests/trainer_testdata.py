@@ -124,6 +124,21 @@ def make_fn_args(fields: dict, light: bool = False):
     return tfx.components.FnArgs(**fields)
 
 
+def fit_fields(fields: dict, extra_callbacks: tuple | list = ()):
+    """The Trainer's fit step (`fit.fit_model`) on `fn_args_dict`'s output, with the runtime
+    the trainer section resolves to on this machine; returns the FitResult (raises what
+    fit_model raises, e.g. the one-line ValueError of a weights file that does not fit)."""
+    from components.trainer.config import TrainerConfig
+    from components.trainer.fit import fit_model
+    from components.trainer.runtime import resolve_runtime, resolve_task
+
+    fn_args = make_fn_args(fields, light=True)
+    config = TrainerConfig.from_custom_config(fields["custom_config"])
+    task = resolve_task(config.model, config.data, fn_args.train_files)
+    return fit_model(fn_args, config.trainer, resolve_runtime(config.trainer, {}), task,
+                     fields["model_run_dir"], {}, extra_callbacks=extra_callbacks)
+
+
 def train_mixed_serving(root: str, count: int = 300):
     """`train_and_export` under mixed_bfloat16 (the reduced precision this CPU runs at a
     usable speed), 3 epochs, with `export.serving_precision: mixed`, on `count` digits

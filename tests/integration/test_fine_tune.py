@@ -19,7 +19,7 @@ from components.trainer.fit import fit_model
 from components.trainer.runtime import resolve_runtime, resolve_task
 from components.trainer.warm_start import weights_checksum
 from pipelines.config import ConfigError, load_config
-from tests.trainer_testdata import fn_args_dict, make_fn_args, write_digits_examples
+from tests.trainer_testdata import fit_fields, fn_args_dict, make_fn_args, write_digits_examples
 
 NUM_IMAGES = 80  # 64 train = 2 steps of 32
 BACKBONE = ("conv1", "conv2")
@@ -140,12 +140,8 @@ def test_frozen_for_every_epoch_keeps_the_backbone_and_its_batchnorm_statistics(
     fields = fn_args_dict(examples_uri, str(tmp_path / "out"), model=batchnorm_model,
                           params={"weights": path}, autotune="off", xla="off", epochs=1,
                           learning_rate=0.05, fine_tune={"frozen_epochs": 1})
-    fn_args = make_fn_args(fields, light=True)
-    config = TrainerConfig.from_custom_config(fields["custom_config"])
-    task = resolve_task(config.model, config.data, fn_args.train_files)
     recorder = WeightsPerEpoch()
-    fit_model(fn_args, config.trainer, resolve_runtime(config.trainer, {}), task,
-              fields["model_run_dir"], {}, extra_callbacks=[recorder])
+    fit_fields(fields, extra_callbacks=[recorder])
     start = models.build_model(batchnorm_model, (8, 8, 1), 10)
     start.load_weights(path)
     after = recorder.epochs[0]
@@ -171,12 +167,8 @@ def test_unfreezing_the_last_block_of_resnet50_leaves_the_rest_and_batchnorm_fro
 def test_a_file_of_another_model_is_named_in_one_line(examples_uri, weights_file, tmp_path):
     fields = fn_args_dict(examples_uri, str(tmp_path), params={"weights": weights_file,
                                                                "dense_units": 16})
-    fn_args = make_fn_args(fields, light=True)
-    config = TrainerConfig.from_custom_config(fields["custom_config"])
-    task = resolve_task(config.model, config.data, fn_args.train_files)
     with pytest.raises(ValueError) as error:
-        fit_model(fn_args, config.trainer, resolve_runtime(config.trainer, {}), task,
-                  fields["model_run_dir"], {})
+        fit_fields(fields)
     message = str(error.value)
     assert "\n" not in message
     assert f"model.params.weights {weights_file}" in message

@@ -24,13 +24,10 @@ import numpy as np
 import pytest
 
 import models
-from components.trainer.config import TrainerConfig
-from components.trainer.fit import fit_model
 from components.trainer.pretrained import WeightsUnavailableError, check_imagenet_available
-from components.trainer.runtime import resolve_runtime, resolve_task
 from components.trainer.warm_start import arrays_checksum
 from models.registry import model_backbone
-from tests.trainer_testdata import fn_args_dict, make_fn_args, write_digits_examples
+from tests.trainer_testdata import fit_fields, fn_args_dict, write_digits_examples
 
 SIZE = (32, 32)
 
@@ -98,12 +95,8 @@ def test_a_backbone_file_trains_the_head_first_then_the_top_blocks(
     fields = fn_args_dict(examples_uri, str(tmp_path / "out"), model=name, input_size=SIZE,
                           params={"weights": path}, autotune="off", xla="off", epochs=3,
                           batch_size=16, learning_rate=0.01)
-    fn_args = make_fn_args(fields, light=True)
-    config = TrainerConfig.from_custom_config(fields["custom_config"])
-    task = resolve_task(config.model, config.data, fn_args.train_files)
     recorder = WeightsPerEpoch()
-    fitted = fit_model(fn_args, config.trainer, resolve_runtime(config.trainer, {}), task,
-                       fields["model_run_dir"], {}, extra_callbacks=[recorder])
+    fitted = fit_fields(fields, extra_callbacks=[recorder])
     # It started from the file: the backbone's checksum at the start is the file's.
     assert fitted.start_weights.loaded == "backbone"
     assert fitted.start_weights.backbone_checksum == _file_checksum(name, path)
@@ -129,12 +122,8 @@ def test_a_file_of_neither_the_model_nor_its_backbone_is_one_line(examples_uri, 
     other = _backbone_file("mobilenet_v3_large", str(tmp_path / "large.weights.h5"))
     fields = fn_args_dict(examples_uri, str(tmp_path / "out"), model="mobilenet_v3_small",
                           input_size=SIZE, params={"weights": other}, autotune="off")
-    fn_args = make_fn_args(fields, light=True)
-    config = TrainerConfig.from_custom_config(fields["custom_config"])
-    task = resolve_task(config.model, config.data, fn_args.train_files)
     with pytest.raises(ValueError) as error:
-        fit_model(fn_args, config.trainer, resolve_runtime(config.trainer, {}), task,
-                  fields["model_run_dir"], {})
+        fit_fields(fields)
     message = str(error.value)
     assert "\n" not in message and f"model.params.weights {other}" in message
     assert "nor is it mobilenet_v3_small's backbone alone" in message

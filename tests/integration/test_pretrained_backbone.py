@@ -27,11 +27,8 @@ import pytest
 import models
 from benchmarks.measures.photo_quality import make_strip_photos
 from components.ingest.ingest import ingest
-from components.trainer.config import TrainerConfig
-from components.trainer.fit import fit_model
-from components.trainer.runtime import resolve_runtime, resolve_task
 from models.registry import model_backbone
-from tests.trainer_testdata import fn_args_dict, make_fn_args
+from tests.trainer_testdata import fit_fields, fn_args_dict
 
 SIDE = 32
 EPOCHS_B = 5
@@ -67,11 +64,7 @@ def _train_b(examples_uri: str, out: str, name: str, weights: str) -> float:
     fields = fn_args_dict(examples_uri, out, model=name, input_size=(SIDE, SIDE),
                           params={"weights": weights}, autotune="off", xla="off",
                           epochs=EPOCHS_B, batch_size=32, seed=3)
-    fn_args = make_fn_args(fields, light=True)
-    config = TrainerConfig.from_custom_config(fields["custom_config"])
-    task = resolve_task(config.model, config.data, fn_args.train_files)
-    fitted = fit_model(fn_args, config.trainer, resolve_runtime(config.trainer, {}), task,
-                       fields["model_run_dir"], {})
+    fitted = fit_fields(fields)
     return fitted.history["val_accuracy"][-1]
 
 
