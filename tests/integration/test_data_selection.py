@@ -23,6 +23,7 @@ from ml_metadata.metadata_store import metadata_store
 from ml_metadata.proto import metadata_store_pb2
 from PIL import Image
 
+from components.examples_format import COMPRESSION, DEPTH_KEY, MASK_KEY
 from components.ingest.errors import DataError
 from components.ingest.selection import load_selection
 from pipelines.config import load_config
@@ -180,9 +181,9 @@ def test_synthetic_volumes_are_exported_once_and_ingested_with_their_masks(tmp_p
     _run_ingest(config, workspace, selection, "v1")
     examples = [tf.train.Example.FromString(record.numpy()) for record in tf.data.TFRecordDataset(
         sorted(str(path) for path in (tmp_path / "ws").rglob("Split-*/*.gz")),
-        compression_type="GZIP")]
+        compression_type=COMPRESSION)]
     assert len(examples) == 2 * 6
     for example in examples:
         features = example.features.feature
-        assert features["depth"].int64_list.value == [8]
-        assert len(features["mask"].int64_list.value) == 8 * 8 * 8
+        assert features[DEPTH_KEY].int64_list.value == [8]
+        assert len(features[MASK_KEY].int64_list.value) == 8 * 8 * 8
