@@ -124,6 +124,20 @@ def _input_fact(record: dict | None) -> list[tuple[str, str]]:
                 if alone and record.get("steps_per_sec") else ""))]
 
 
+def _distill_fact(record: dict | None) -> list[tuple[str, str]]:
+    """Who taught the model and how teacher and student scored on the same eval images."""
+    if not record or record.get("teacher_accuracy") is None:
+        return []
+    teacher, student = record["teacher_accuracy"], record["student_accuracy"]
+    line = (f"from {record.get('teacher_model')} ({record.get('teacher')}): teacher "
+            f"{teacher:.4f}, student {student:.4f} on the same {record.get('eval_examples')} "
+            f"eval images (T {record.get('temperature'):g}, alpha {record.get('alpha'):g})")
+    if student > teacher:
+        line += ("; the student outscores its teacher, so the teacher has little to teach: "
+                 "compare with the student trained alone (docs/guide/distillation.md)")
+    return [("distill", line)]
+
+
 def _print_summary(summary: RunSummary, out: TextIO) -> None:
     rows = [("component", "status", "seconds")]
     for name, info in summary.components.items():
@@ -153,6 +167,7 @@ def _print_summary(summary: RunSummary, out: TextIO) -> None:
                       f"xla {xla}, {trainer.epochs} epochs, "
                       f"{trainer.images_per_sec or 0:.0f} img/s"))
         facts.extend(_input_fact(trainer.input_bound))
+        facts.extend(_distill_fact(trainer.distill))
     if evaluation.present():
         verdict = "BLESSED" if evaluation.blessed else "NOT blessed: " + "; ".join(
             evaluation.why_not_blessed or [])
