@@ -4,7 +4,8 @@ from a served champion than from the labels alone?
 Every run is `mptfx run` on the built-in digits as a user types it, in one workspace, each
 in its own process:
 
-    the teacher    --set model.name=resnet50                       champion of digits
+    the teacher    --set model.name=resnet50 --set model.input_size=[64,64]
+                                                                   champion of digits
     alone          --set model.name=seed_cnn --set pipeline.name=mptfx-digits-alone
                    --set pusher.model_name=digits-alone
     distilled      --set model.name=seed_cnn --set trainer.distill.teacher=champion
@@ -14,7 +15,7 @@ Both students get the same epochs and seed (`trainer.seed`, which also fixes the
 weights and the data order), one pair per seed. A student's accuracy is the Evaluator's
 (TFMA) on the eval split, the split the teacher was evaluated on.
 
-    teacher = train_teacher("/tmp/ws", "resnet50", epochs=15, seed=1)
+    teacher = train_teacher("/tmp/ws", "resnet50", epochs=15, seed=1)   # at 64x64
     alone = train_student("/tmp/ws", "seed_cnn", epochs=15, seed=1, distilled=False)
 """
 
@@ -23,6 +24,12 @@ from __future__ import annotations
 from typing import Any
 
 from benchmarks.measures.mptfx_runs import run_json
+
+# The teacher's input size: ResNet-50's five stride-2 stages end at 2x2 from 64 px. From
+# random weights on the 1,434 digits it scored 0.9642 at 16x16 (its auto size), 0.9780 at
+# 32x32 and 0.9890 at 64x64 (docs/guide/distillation.md): below the student alone, a
+# teacher has nothing to teach.
+TEACHER_SIZE = 64
 
 ALONE = ["--set", "pipeline.name=mptfx-digits-alone", "--set", "pusher.model_name=digits-alone"]
 DISTILLED = ["--set", "trainer.distill.teacher=champion"]
@@ -51,8 +58,9 @@ def run_digits(workspace: str, args: list[str]) -> dict[str, Any]:
 
 
 def train_teacher(workspace: str, model: str, epochs: int, seed: int) -> dict[str, Any]:
-    """The champion: `model` trained on the digits and pushed as `digits`."""
+    """The champion: `model` trained on the digits at TEACHER_SIZE and pushed as `digits`."""
     result = run_digits(workspace, ["--set", f"model.name={model}",
+                                    "--set", f"model.input_size=[{TEACHER_SIZE},{TEACHER_SIZE}]",
                                     "--set", f"trainer.epochs={epochs}",
                                     "--set", f"trainer.seed={seed}"])
     if not result["pushed"]:

@@ -1,7 +1,8 @@
 """`distillation`: a small student trained alone and distilled from a ResNet-50 champion
 on the digits, same epochs and seeds (benchmarks/measures/distillation.py).
 
-A ResNet-50 is trained and pushed as the champion (`mptfx run --set model.name=resnet50`),
+A ResNet-50 is trained at 64x64 and pushed as the champion (`mptfx run --set
+model.name=resnet50 --set model.input_size=[64,64]`),
 then, for each seed of the preset, `seed_cnn` (under a hundredth of its parameters) is
 trained twice: alone, published as `digits-alone`, and with `trainer.distill.teacher:
 champion`, published as `digits-student`. The target (issue 37): the distilled students'
@@ -15,6 +16,7 @@ import dataclasses
 import statistics
 from typing import Any
 
+from benchmarks.measures.distillation import TEACHER_SIZE
 from benchmarks.sections.base import Section, number, short
 from benchmarks.sections.context import Context
 from benchmarks.sections.tasks import Task, arguments
@@ -86,7 +88,8 @@ class Distillation(Section):
     def run(self, ctx: Context) -> None:
         preset = ctx.preset
         workspace = str(ctx.bench_dir / "distillation")
-        ctx.say(f"  distillation: a {TEACHER_MODEL} champion on the digits, then "
+        ctx.say(f"  distillation: a {TEACHER_MODEL} champion on the digits at "
+                f"{TEACHER_SIZE}x{TEACHER_SIZE}, then "
                 f"{STUDENT_MODEL} alone and distilled, {preset.distill_epochs} epochs, seeds "
                 f"{', '.join(map(str, preset.distill_seeds))} ...")
         load_start = ctx.load()
@@ -131,7 +134,8 @@ class Distillation(Section):
         distilled = next((run.get("distill") for run in entry.get("distilled") or []
                           if run.get("distill")), None) or {}
         lines = [
-            f"### Distillation (the digits: a {TEACHER_MODEL} champion, {STUDENT_MODEL} "
+            f"### Distillation (the digits: a {TEACHER_MODEL} champion at "
+            f"{TEACHER_SIZE}×{TEACHER_SIZE}, {STUDENT_MODEL} "
             f"alone vs distilled, {entry['epochs']} epochs, seeds "
             f"{', '.join(map(str, entry['seeds']))}; load average {number(load[0], 2)} → "
             f"{number(load[1], 2)})",
@@ -139,7 +143,8 @@ class Distillation(Section):
             "| model | how | parameters | eval accuracy (mean) | min–max | per seed | "
             "Trainer s (mean) | wall s (mean) |",
             "|---|---|---:|---:|---:|---|---:|---:|",
-            _row(TEACHER_MODEL, "the champion (`--set model.name=resnet50`)", [teacher],
+            _row(TEACHER_MODEL, "the champion (`--set model.name=resnet50 --set "
+                 f"model.input_size=[{TEACHER_SIZE},{TEACHER_SIZE}]`)", [teacher],
                  distilled.get("teacher_parameters")),
             _row(STUDENT_MODEL, "alone (`digits-alone`)", entry.get("alone") or [],
                  distilled.get("student_parameters")),
