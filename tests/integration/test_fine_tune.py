@@ -14,12 +14,9 @@ import numpy as np
 import pytest
 
 import models
-from components.trainer.config import TrainerConfig
-from components.trainer.fit import fit_model
-from components.trainer.runtime import resolve_runtime, resolve_task
 from components.trainer.warm_start import weights_checksum
 from pipelines.config import ConfigError, load_config
-from tests.trainer_testdata import fit_fields, fn_args_dict, make_fn_args, write_digits_examples
+from tests.trainer_testdata import fit_fields, fn_args_dict, write_digits_examples
 
 NUM_IMAGES = 80  # 64 train = 2 steps of 32
 BACKBONE = ("conv1", "conv2")
@@ -62,14 +59,8 @@ def _fit(examples_uri: str, out: str, weights: str, **trainer: object):
     trainer = {"lr_schedule": "constant", "warmup_epochs": 0, **trainer}
     fields = fn_args_dict(examples_uri, out, params={"weights": weights}, autotune="off",
                           xla="off", **trainer)
-    fn_args = make_fn_args(fields, light=True)
-    config = TrainerConfig.from_custom_config(fields["custom_config"])
-    runtime = resolve_runtime(config.trainer, {})
-    task = resolve_task(config.model, config.data, fn_args.train_files)
     recorder = WeightsPerEpoch()
-    fitted = fit_model(fn_args, config.trainer, runtime, task, fields["model_run_dir"], {},
-                       extra_callbacks=[recorder])
-    return fitted, recorder
+    return fit_fields(fields, extra_callbacks=[recorder]), recorder
 
 
 def _same(a: list[np.ndarray], b: list[np.ndarray]) -> bool:
