@@ -272,9 +272,14 @@ pytest.TempPathFactory.mktemp = _mktemp_noting_the_tier(pytest.TempPathFactory.m
 def _count_pipeline_runs(session: pytest.Session) -> None:
     config = session.config
     factory = config._tmp_path_factory  # type: ignore[attr-defined]
-    folders = [RUN_DIR, shared_root(factory, create=False), factory.getbasetemp()]
+    basetemp = factory.getbasetemp()
+    folders = [RUN_DIR, shared_root(factory, create=False), basetemp]
+    # A pytest-xdist worker's folders (<basetemp>/popen-gw<N>) are its own to count: it knows
+    # which of them its unit and integration tests made (a scripted cluster's "runs", which
+    # execute no component), the controller does not.
+    workers = [] if hasattr(config, "workeroutput") else list(basetemp.glob("popen-gw*"))
     runs = pipeline_run_ids(folders, since=config.stash.get(_STARTED, 0.0),
-                            without=_NO_PIPELINE_FOLDERS)
+                            without=[*_NO_PIPELINE_FOLDERS, *workers])
     if hasattr(config, "workeroutput"):
         config.workeroutput["mptfx_pipeline_runs"] = runs
     config.stash.setdefault(_RUNS, {}).update(runs)
