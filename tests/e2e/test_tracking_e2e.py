@@ -1,12 +1,15 @@
 """MLflow end to end: real `mptfx` runs against real `mlflow server` processes on 127.0.0.1.
 
-On a small digits subset, everything checked through `MlflowClient` or HTTP:
-- workspace A: a run with no tracking settings → A/mlflow.db, served by `mptfx ui`; then
-  `mptfx sweep` over float32 and mixed_float16 → two runs on server 1, then `compare`;
-- workspace B, tracking.uri = server 2 while nothing listens on its port: the run (batch
-  `auto`, which it records with the probe's cost) completes, warns once, is recorded in
-  B/mlflow.db; `tracking.required=true` fails before any
-  component; server 2 then starts (the run still trains) and `mptfx tracking sync` copies it.
+On the digits, everything checked through `MlflowClient` or HTTP:
+- workspace A (a user's model file, examples/my_model.py, on all digits at 8x8): a float32
+  run with no tracking settings → A/mlflow.db, served by `mptfx ui`; then `mptfx sweep` over
+  float32 and mixed_float16 → two runs on server 1 (the first reuses the float32 run's
+  Trainer: the model file is unchanged), then `compare`; mixed_float16 is loss-scaled,
+  blessed and within two points of float32;
+- workspace B (200 digits), tracking.uri = server 2 while nothing listens on its port: the
+  run (batch `auto`, which it records with the probe's cost) completes, warns once, is
+  recorded in B/mlflow.db; `tracking.required=true` fails before any component; server 2
+  then starts (the run still trains) and `mptfx tracking sync` copies it.
 The independent parts run side by side: most of a run's time is spent importing libraries.
 """
 
@@ -33,9 +36,16 @@ pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[2]
 # A small, quick run; any accuracy is blessed, so every run but the one that sets an
 # accuracy floor of 1.0 is pushed (a 40-image eval split makes regressions a coin toss).
-SMALL = ["--set", "data.builtin_per_class=20", "--set", "trainer.epochs=2",
-         "--set", "evaluator.min_accuracy=0", "--set", "evaluator.max_regression=1",
-         "--set", "tflite.variants=[fp32]"]
+BLESS_ANY = ["--set", "evaluator.min_accuracy=0", "--set", "evaluator.max_regression=1",
+             "--set", "tflite.variants=[fp32]"]
+SMALL = [*BLESS_ANY, "--set", "data.builtin_per_class=20", "--set", "trainer.epochs=2"]
+# Workspace A: a user's model file (examples/my_model.py, a custom layer) on all 1,797 digits
+# at 8x8 for 10 epochs, so that its float32 run and the sweep's mixed_float16 point are
+# accurate enough to compare (0.93 each, about 30 s a run here).
+EXAMPLE = REPO / "examples" / "my_model.py"
+EPOCHS_A = 10
+DIGITS_8X8 = [*BLESS_ANY, "--set", f"model.module_file={EXAMPLE}",
+              "--set", "model.input_size=[8,8]", "--set", f"trainer.epochs={EPOCHS_A}"]
 
 
 @dataclass
@@ -184,7 +194,7 @@ def later_server(root):
 def launched_default_run(root, workspace):
     # float32 as the sweep's first point: that point's Trainer then comes from the cache.
     launched = Launched(root, "default-run", "run", "--workspace", str(workspace), "--json",
-                        *SMALL, "--set", "trainer.precision=float32")
+                        *DIGITS_8X8, "--set", "trainer.precision=float32")
     yield launched
     if launched.process.poll() is None:
         launched.process.kill()
@@ -237,7 +247,7 @@ def sweep(server, launched_default_run, offline, default_run, ui, workspace):
     it lists first start the work that can run beside it.)"""
     server.wait_ready()
     result = mptfx("sweep", "--workspace", str(workspace), "--format", "json",
-                   "--set", "trainer.precision=float32,mixed_float16", *SMALL,
+                   "--set", "trainer.precision=float32,mixed_float16", *DIGITS_8X8,
                    "--set", f"tracking.uri={server.uri}")
     assert result.returncode == 0, result.stderr[-3000:]
     runs = [summaries(workspace)[row["run"]] for row in result.json["runs"]]
@@ -282,6 +292,56 @@ def test_sweep_runs_every_point_reusing_cached_components_then_compares(sweep):
     assert Path(result.json["plot"]).read_bytes()[:4] == b"\x89PNG"
 
 
+CLASSIFICATION = {"Ingest", "StatisticsGen", "SchemaGen", "ExampleValidator",
+                  "DataValidationGate", "Trainer", "LatestBlessedModel", "Evaluator",
+                  "InfraValidator", "Pusher", "TFLite"}
+
+
+def test_mixed_float16_is_within_two_points_of_float32(sweep):
+    from components.run_summary import RunSummary
+
+    float32, mixed = (RunSummary.parse(run, "the sweep's summary.json") for run in sweep[1])
+    for summary in (float32, mixed):
+        assert summary.status == "completed"
+        assert set(summary.components) == CLASSIFICATION
+        assert all(info.status in ("completed", "cached")
+                   for info in summary.components.values())
+    assert float32.trainer.precision == "float32"
+    assert mixed.trainer.precision == "mixed_float16"
+    assert mixed.trainer.loss_scale["dynamic"] is True  # float16 is loss-scaled
+    assert float32.trainer.loss_scale is None
+    accuracy32, accuracy16 = float32.eval.accuracy, mixed.eval.accuracy
+    assert accuracy32 > 0.9
+    assert abs(accuracy16 - accuracy32) <= 0.02, (accuracy16, accuracy32)
+
+
+def test_custom_layer_model_trains_blessed_and_converts_under_float16(sweep):
+    """The user's model file (a custom layer done right) under mixed_float16, loss-scaled;
+    bfloat16 and the staged copy: tests/e2e/test_user_model_e2e.py."""
+    from components.run_summary import RunSummary
+
+    summary = RunSummary.parse(sweep[1][1], "the sweep's mixed_float16 summary.json")
+    assert summary.status == "completed"
+    assert summary.trainer.precision == "mixed_float16"
+    assert summary.trainer.model_file == str(EXAMPLE)
+    assert summary.trainer.lint == "passed"
+    assert summary.trainer.loss_scale["dynamic"] is True  # float16 trains loss-scaled
+    assert summary.eval.blessed is True and summary.eval.accuracy >= 0.9
+    assert summary.pushed.pushed is True
+    assert Path(summary.pushed.path, "saved_model.pb").exists()
+    fp32 = summary.tflite["fp32"]
+    assert fp32.published is True and fp32.agreement >= 0.995
+    assert Path(fp32.path).stat().st_size > 0
+
+
+def test_unchanged_model_file_reuses_the_cached_trainer(default_run, sweep):
+    """The sweep's float32 point has the default run's settings and the same model file."""
+    fp32 = sweep[1][0]
+    assert fp32["trainer"]["model_file_sha256"] == default_run["trainer"]["model_file_sha256"]
+    assert fp32["components"]["Trainer"]["status"] == "cached"
+    assert default_run["components"]["Trainer"]["status"] == "completed"
+
+
 def test_run_on_the_server_has_params_epoch_metrics_tfma_metrics_and_tags(sweep, client, server):
     fp32 = sweep[1][0]
     assert fp32["mlflow"]["tracking_uri"] == server.uri
@@ -292,20 +352,25 @@ def test_run_on_the_server_has_params_epoch_metrics_tfma_metrics_and_tags(sweep,
     assert params["precision_reason"] == fp32["trainer"]["precision_reason"]
     assert params["xla"] == "off" and params["strategy"] == fp32["trainer"]["strategy"]
     assert params["replicas"] == "1" and params["global_batch_size"] == "32"
-    assert params["epochs"] == "2" and params["learning_rate"] == "0.001"
+    assert params["epochs"] == str(EPOCHS_A) and params["learning_rate"] == "0.001"
     assert params["gradient_accumulation_steps"] and params["device"]
     for key in ("loss", "accuracy", "val_loss", "val_accuracy", "images_per_sec",
                 "learning_rate"):
         history = client.get_metric_history(run.info.run_id, key)
-        assert sorted(m.step for m in history) == [0, 1], key
-    # The learning-rate curve: 160 train images at batch 32 are 5 steps an epoch; auto warms
-    # up for 10 % of the 2 epochs (1 step), then decays by cosine to 0 at the last step. At
-    # the end of epoch 1 (step 5 of 10): 0.001 x (1 + cos(pi x 4/9)) / 2.
+        assert sorted(m.step for m in history) == list(range(EPOCHS_A)), key
+    # The learning-rate curve: the train images at batch 32 make `per_epoch` steps; auto warms
+    # up for 10 % of the 10 epochs (one epoch), then decays by cosine to 0 at the last step,
+    # logged at the end of each epoch: 0.001 x (1 + cos(pi x (done - warm-up) / rest)) / 2.
+    per_epoch = math.ceil(fp32["data"]["split_counts"]["train"] / 32)
+    total, warmup = EPOCHS_A * per_epoch, per_epoch
+    expected = [0.001 * (1 + math.cos(math.pi * (epoch * per_epoch - warmup)
+                                      / (total - warmup))) / 2
+                for epoch in range(1, EPOCHS_A + 1)]
     rates = sorted(client.get_metric_history(run.info.run_id, "learning_rate"),
                    key=lambda m: m.step)
-    half_way = 0.001 * (1 + math.cos(math.pi * 4 / 9)) / 2
-    assert [m.value for m in rates] == pytest.approx([half_way, 0.0], abs=1e-9)
-    assert params["lr_schedule"] == "cosine" and params["warmup_epochs"] == "0.2"
+    assert [m.value for m in rates] == pytest.approx(expected, abs=1e-9)
+    assert expected[-1] == pytest.approx(0.0, abs=1e-12)
+    assert params["lr_schedule"] == "cosine" and params["warmup_epochs"] == "1.0"
     assert params["model_reason"] == "model.name" or params["model_reason"].startswith("auto")
     metrics = run.data.metrics
     assert metrics["eval/accuracy"] == fp32["eval"]["accuracy"]

@@ -1,95 +1,45 @@
-"""End to end: the real `mptfx run` with the Trainer's precision and model choices.
+"""End to end: the real `mptfx run` with a Keras Applications model by name (resnet50, from
+random weights, on the digits resized to its smallest input).
 
-Three small runs, two at a time (each run spends most of its time importing and compiling
-on one core): float32 and resnet50, then mixed_float16 (reusing the float32 run's cached
-ingest). The 3D U-Net's run, gated on Dice: tests/e2e/test_user_volumes_e2e.py.
+The precision comparison (mixed_float16 within two points of float32) uses the float32 run and
+the mixed_float16 sweep point of tests/e2e/test_tracking_e2e.py; the 3D U-Net's run, gated on
+Dice: tests/e2e/test_user_volumes_e2e.py.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from components.run_summary import RunSummary
-from tests.conftest import RUN_DIR
 
 pytestmark = pytest.mark.e2e
-
-REPO = Path(__file__).resolve().parents[2]
-DIGITS_8X8 = ["--set", "model.input_size=[8,8]", "--set", "trainer.epochs=5",
-              "--set", "tflite.variants=[fp32]"]
-RUNS = {
-    # wave 1
-    "float32": ("digits", [*DIGITS_8X8, "--set", "trainer.precision=float32"]),
-    "resnet50": ("resnet", ["--set", "model.name=resnet50", "--set", "data.builtin_per_class=10",
-                            "--set", "trainer.epochs=1", "--set", "tflite.variants=[fp32]"]),
-    # wave 2
-    "mixed_float16": ("digits", [*DIGITS_8X8, "--set", "trainer.precision=mixed_float16"]),
-}
-WAVES = [("float32", "resnet50"), ("mixed_float16",)]
-
-
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory) -> dict[str, RunSummary]:
-    """name -> summary.json of each run (asserting it exited 0)."""
-    workspaces = {}
-    summaries = {}
-    for wave in WAVES:
-        started = {}
-        for name in wave:
-            workspace_name, args = RUNS[name]
-            if workspace_name not in workspaces:
-                workspaces[workspace_name] = tmp_path_factory.mktemp(workspace_name)
-            command = [sys.executable, "-m", "pipelines.cli", "run", "--workspace",
-                       str(workspaces[workspace_name]), "--json", *args]
-            started[name] = subprocess.Popen(
-                command, cwd=RUN_DIR, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                env=dict(os.environ, PYTHONUNBUFFERED="1"),
-            )
-        for name, process in started.items():
-            stdout, stderr = process.communicate(timeout=900)
-            assert process.returncode == 0, f"{name}: {stderr[-3000:]}"
-            summaries[name] = RunSummary.parse(json.loads(stdout), f"{name}'s --json output")
-    return summaries
-
-
-def _assert_completed(summary: RunSummary, components: set[str]) -> None:
-    assert summary.status == "completed"
-    assert set(summary.components) == components
-    for name, info in summary.components.items():
-        assert info.status in ("completed", "cached"), name
-
 
 CLASSIFICATION = {"Ingest", "StatisticsGen", "SchemaGen", "ExampleValidator",
                   "DataValidationGate", "Trainer", "LatestBlessedModel", "Evaluator",
                   "InfraValidator", "Pusher", "TFLite"}
 
 
-def test_mixed_float16_is_within_two_points_of_float32(runs):
-    float32, mixed = runs["float32"], runs["mixed_float16"]
-    for summary in (float32, mixed):
-        _assert_completed(summary, CLASSIFICATION)
-    assert float32.trainer.precision == "float32"
-    assert mixed.trainer.precision == "mixed_float16"
-    assert mixed.trainer.loss_scale["dynamic"] is True  # float16 is loss-scaled
-    assert float32.trainer.loss_scale is None
-    assert mixed.components["Ingest"].status == "cached"
-    accuracy32, accuracy16 = float32.eval.accuracy, mixed.eval.accuracy
-    assert accuracy32 > 0.9
-    assert abs(accuracy16 - accuracy32) <= 0.02, (accuracy16, accuracy32)
+@pytest.fixture(scope="module")
+def resnet50_run(mptfx, tmp_path_factory) -> RunSummary:
+    workspace = tmp_path_factory.mktemp("resnet")
+    result = mptfx("run", "--workspace", str(workspace), "--json",
+                   "--set", "model.name=resnet50", "--set", "data.builtin_per_class=10",
+                   "--set", "trainer.epochs=1", "--set", "tflite.variants=[fp32]")
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.summary
 
 
-def test_resnet50_runs_end_to_end_on_the_resized_digits(runs):
+def test_resnet50_runs_end_to_end_on_the_resized_digits(resnet50_run):
     import tensorflow as tf
 
-    summary = runs["resnet50"]
-    _assert_completed(summary, CLASSIFICATION)
+    summary = resnet50_run
+    assert summary.status == "completed"
+    assert set(summary.components) == CLASSIFICATION
+    for name, info in summary.components.items():
+        assert info.status in ("completed", "cached"), name
     trainer = summary.trainer
     assert trainer.model == "resnet50" and trainer.input_size == [16, 16]
     assert trainer.lint == "passed"

@@ -1,6 +1,8 @@
 """End to end with a user's model file: the real `mptfx run` on the digits (8x8, a few
-epochs) with examples/my_model.py (a custom layer done right) under mixed_bfloat16 and
-mixed_float16 forced, and an LSTM under mixed_float16 with its recurrent layers in float32.
+epochs) with examples/my_model.py (a custom layer done right) under mixed_bfloat16 forced,
+and an LSTM under mixed_float16 with its recurrent layers in float32. The same file under
+float32 and mixed_float16, and its unchanged file reusing the cached Trainer, are runs of
+tests/e2e/test_tracking_e2e.py's workspace A.
 
 mixed_float16 has no fast kernels on a CPU, so each run is kept to the fewest epochs that
 still bless (evaluator.min_accuracy 0.9 stays as it is).
@@ -40,15 +42,6 @@ def bfloat16_run(mptfx, tmp_path_factory):
     return workspace, _run(mptfx, workspace, *BFLOAT16_SETTINGS)
 
 
-@pytest.fixture(scope="module")
-def float16_run(mptfx, tmp_path_factory):
-    workspace = tmp_path_factory.mktemp("fp16")
-    return workspace, _run(mptfx, workspace, f"model.module_file={EXAMPLE}",
-                           "trainer.precision=mixed_float16", "trainer.epochs=6",
-                           "tracking.register_model=false", "trainer.lr_schedule=constant",
-                           "trainer.label_smoothing=0")
-
-
 def _assert_blessed_exported_and_converted(summary: RunSummary, policy: str) -> None:
     assert summary.status == "completed"
     assert summary.trainer.precision == policy
@@ -83,12 +76,6 @@ def test_serving_precision_mixed_pushes_the_bfloat16_graph_with_float32_outputs(
     np.testing.assert_allclose(probabilities.numpy().sum(axis=1), 1.0, atol=1e-2)
 
 
-def test_custom_layer_model_trains_blessed_and_converts_under_float16(float16_run):
-    summary = float16_run[1].summary
-    _assert_blessed_exported_and_converted(summary, "mixed_float16")
-    assert summary.trainer.loss_scale["dynamic"] is True  # float16 trains loss-scaled
-
-
 def test_trainer_imported_the_staged_copy_of_the_file(bfloat16_run):
     workspace, result = bfloat16_run
     trainer = result.summary.trainer
@@ -109,12 +96,6 @@ def test_mlflow_run_records_the_model_file_name_and_hash(bfloat16_run):
     params = client.get_run(recorded.run_id).data.params
     assert params["model_file"] == "my_model.py"
     assert params["model_file_sha256"] == hashlib.sha256(EXAMPLE.read_bytes()).hexdigest()
-
-
-def test_unchanged_model_file_reuses_the_cached_trainer(mptfx, bfloat16_run):
-    workspace, _ = bfloat16_run
-    again = _run(mptfx, workspace, *BFLOAT16_SETTINGS)
-    assert again.summary.components["Trainer"].status == "cached"
 
 
 def test_lstm_trains_with_its_recurrent_layers_in_float32(mptfx, tmp_path):
