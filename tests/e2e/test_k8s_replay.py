@@ -1,6 +1,7 @@
 """What runs inside the pods, for real: the compiled pipeline replayed node by node, each node
 a separate `python -m pipelines.node_entrypoint` process against a real PostgreSQL server,
-in the order the Kubernetes runner schedules them; then a two-worker Trainer.
+in the order the Kubernetes runner schedules them; then a two-worker Trainer whose model is
+a user's file, staged into the pipeline root (the source deleted before the pods start).
 
 The only stand-in is the Kubernetes API: `ProcessCluster` (tests/k8s_double.py) implements
 the calls the runner makes (BatchV1Api, CoreV1Api) and "runs" each Job by starting its
@@ -12,10 +13,12 @@ PASSWORD, default 127.0.0.1:5432 mptfx/mptfx); each test session makes a fresh d
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
 import secrets
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -182,23 +185,32 @@ def test_rerunning_a_finished_node_does_nothing(replay, postgres):
     assert after["Trainer"]["state"] == "completed"
 
 
-def test_two_trainer_workers_train_together_and_only_the_chief_publishes(replay, postgres):
-    """The Trainer as the Indexed Job runs it: two processes, TF_CONFIG from
-    JOB_COMPLETION_INDEX and the Service names; its inputs are the replay run's artifacts."""
-    from ml_metadata.metadata_store import metadata_store
+EXAMPLE = REPO / "examples" / "my_model.py"
 
+
+@pytest.fixture(scope="module")
+def two_workers(replay, postgres):
+    """The Trainer alone, as the Indexed Job runs it with a user's model file: two processes,
+    TF_CONFIG from JOB_COMPLETION_INDEX and the Service names; its inputs are the replay run's
+    artifacts. The driver stages the file into the pipeline root while compiling; the source
+    file is then deleted, so both pods can only import the staged copy."""
     from pipelines.config import load_config
     from pipelines.k8s_commands import compile_for_kubernetes
     from pipelines.kubernetes.ir import NodePlan
-    from pipelines.metadata_summary import collect_outputs
 
     tmp = replay["tmp"] / "multi-worker"
     tmp.mkdir()
+    source = tmp / "src" / "my_model.py"
+    source.parent.mkdir()
+    shutil.copy(EXAMPLE, source)
     config = load_config(REPO / "configs/local.yaml", SMALL + k8s_overrides(
         postgres, replay["tmp"] / "ws") + ["kubernetes.trainer.workers=2",
-                                          "pipeline.enable_cache=false"])
+                                          "pipeline.enable_cache=false",
+                                          "model.input_size=[8,8]",
+                                          f"model.module_file={source}"])
     run_id = replay["run_id"] + "-mw"
-    _, ir, _ = compile_for_kubernetes(config, run_id, None)
+    _, ir, _ = compile_for_kubernetes(config, run_id, None)  # stages the file
+    source.unlink()  # from here on only the staged copy in the pipeline root exists
     trainer = next(n.pipeline_node for n in ir.nodes if n.pipeline_node.node_info.id == "Trainer")
     for spec in trainer.inputs.inputs.values():  # read the replay run's Examples and Schema
         for channel in spec.channels:
@@ -211,6 +223,18 @@ def test_two_trainer_workers_train_together_and_only_the_chief_publishes(replay,
     logs = {pod["name"]: cluster.read_namespaced_pod_log(pod["name"], "mptfx")
             for job in cluster.jobs.values() for pod in job["pods"]}
     assert report.succeeded, out + "\n".join(text[-3000:] for text in logs.values())
+    custom = json.loads(trainer.parameters.parameters["custom_config"].field_value.string_value)
+    return {"config": config, "run_id": run_id, "cluster": cluster, "logs": logs,
+            "module": custom["model"], "digest": hashlib.sha256(EXAMPLE.read_bytes()).hexdigest()}
+
+
+def test_two_trainer_workers_train_together_and_only_the_chief_publishes(two_workers, replay,
+                                                                        postgres):
+    from ml_metadata.metadata_store import metadata_store
+
+    from pipelines.metadata_summary import collect_outputs
+
+    cluster, logs, run_id = two_workers["cluster"], two_workers["logs"], two_workers["run_id"]
     [job] = cluster.jobs.values()
     assert [pod["index"] for pod in job["pods"]] == [0, 1]
     assert all(pod["process"].returncode == 0 for pod in job["pods"])
@@ -218,7 +242,7 @@ def test_two_trainer_workers_train_together_and_only_the_chief_publishes(replay,
     worker_log = logs[job["pods"][1]["name"]]
     assert "worker 1 of run" in worker_log and "joining the chief's execution" in worker_log
 
-    nodes = collect_outputs(connection(postgres), config.pipeline.name, run_id)
+    nodes = collect_outputs(connection(postgres), two_workers["config"].pipeline.name, run_id)
     assert list(nodes) == ["Trainer"] and nodes["Trainer"]["state"] == "completed"
     store = metadata_store.MetadataStore(connection(postgres))
     context = store.get_context_by_type_and_name("pipeline_run", run_id)
@@ -229,3 +253,28 @@ def test_two_trainer_workers_train_together_and_only_the_chief_publishes(replay,
     assert summary["strategy"] == "multi_worker" and summary["replicas"] == 2
     model = nodes["Trainer"]["outputs"]["model"][0].uri
     assert list(Path(model).rglob("saved_model.pb"))
+
+
+def test_compiled_trainer_names_the_staged_copy_in_the_pipeline_root(two_workers, replay):
+    digest = two_workers["digest"]
+    staged = replay["tmp"] / "ws" / "tfx" / "mptfx-digits" / "user_models" / digest[:16] / \
+        "my_model.py"
+    assert two_workers["module"]["module_file"] == str(staged)
+    assert two_workers["module"]["module_sha256"] == digest
+    assert staged.read_bytes() == EXAMPLE.read_bytes()
+
+
+def test_the_trainer_pods_import_the_staged_copy(two_workers, postgres):
+    """Both pods built the model from the file (the source was deleted before they started);
+    the chief's training summary names the staged copy and its hash."""
+    from pipelines.metadata_summary import collect_outputs
+
+    nodes = collect_outputs(connection(postgres), two_workers["config"].pipeline.name,
+                            two_workers["run_id"])
+    model_run = nodes["Trainer"]["outputs"]["model_run"][0].uri
+    summary = json.loads(Path(model_run, "training_summary.json").read_text())
+    assert summary["model_file_staged"] == two_workers["module"]["module_file"]
+    assert summary["model_file_sha256"] == two_workers["digest"]
+    assert summary["model"].startswith("user:my_model.py:build_model@")
+    [job] = two_workers["cluster"].jobs.values()
+    assert all(pod["process"].returncode == 0 for pod in job["pods"])
