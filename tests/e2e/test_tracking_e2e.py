@@ -6,8 +6,9 @@ On the digits, everything checked through `MlflowClient` or HTTP:
   float32 and mixed_float16 → two runs on server 1 (the first reuses the float32 run's
   Trainer: the model file is unchanged), then `compare`; mixed_float16 is loss-scaled,
   blessed and within two points of float32;
-- workspace B (200 digits), tracking.uri = server 2 while nothing listens on its port: the
-  run (batch `auto`, which it records with the probe's cost) completes, warns once, is
+- workspace B (200 digits, a user's LSTM under mixed_float16 with its recurrent layers in
+  float32), tracking.uri = server 2 while nothing listens on its port: the run (batch
+  `auto`, which it records with the probe's cost) completes, warns once, is
   recorded in B/mlflow.db; `tracking.required=true` fails before any component; server 2
   then starts (the run still trains) and `mptfx tracking sync` copies it.
 The independent parts run side by side: most of a run's time is spent importing libraries.
@@ -43,6 +44,10 @@ SMALL = [*BLESS_ANY, "--set", "data.builtin_per_class=20", "--set", "trainer.epo
 # at 8x8 for 10 epochs, so that its float32 run and the sweep's mixed_float16 point are
 # accurate enough to compare (0.93 each, about 30 s a run here).
 EXAMPLE = REPO / "examples" / "my_model.py"
+# Workspace B's run: an LSTM that reads a digit row by row, under mixed_float16.
+LSTM_FILE = REPO / "tests" / "data" / "user_models" / "lstm_rows.py"
+LSTM = ["--set", f"model.module_file={LSTM_FILE}", "--set", "model.params.units=16",
+        "--set", "trainer.precision=mixed_float16", "--set", "trainer.recurrent_precision=float32"]
 EPOCHS_A = 10
 DIGITS_8X8 = [*BLESS_ANY, "--set", f"model.module_file={EXAMPLE}",
               "--set", "model.input_size=[8,8]", "--set", f"trainer.epochs={EPOCHS_A}"]
@@ -206,12 +211,13 @@ def offline(root, offline_workspace, later_server):
     exists; once both have looked, server 2 starts while the first one still trains."""
     tracked = ["--set", f"tracking.uri={later_server.uri}"]
     # One epoch; an accuracy floor of 1.0 → not blessed → the challenger. The batch is
-    # `auto` under a 16 MB cap: the run records the batch it chose and the probe's cost.
+    # `auto` under a 16 MB cap: the run records the batch it chose and the probe's cost. The
+    # model is a user's LSTM under mixed_float16, its recurrent layers kept in float32.
     fallback = Launched(root, "fallback", "run", "--workspace", str(offline_workspace),
                         "--json", *SMALL, *tracked, "--set", "trainer.epochs=1",
                         "--set", "evaluator.min_accuracy=1.0",
                         "--set", "trainer.batch_size=auto",
-                        "--set", "trainer.batch_memory_mb=16")
+                        "--set", "trainer.batch_memory_mb=16", *LSTM)
     required = Launched(root, "required", "run", "--workspace", str(root / "workspace-c"),
                         "--json", *SMALL, *tracked, "--set", "tracking.required=true")
     required_result = required.wait()
@@ -462,6 +468,16 @@ def test_a_pipeline_run_records_the_chosen_batch_and_the_probe_cost(fallback_run
     assert tuning["status"] in ("measured", "one candidate")
     if tuning["status"] == "measured":  # a CPU with bfloat16 instructions, or a GPU
         assert tuning["cache_file"].startswith(str(offline_workspace / "autotune"))
+
+
+def test_lstm_trains_with_its_recurrent_layers_in_float32(fallback_run):
+    assert fallback_run.returncode == 0, fallback_run.stderr[-3000:]
+    trainer = fallback_run.json["trainer"]
+    assert trainer["precision"] == "mixed_float16"
+    assert trainer["recurrent_precision"] == "float32"
+    # Read from the trained model's layers by the Trainer.
+    assert trainer["recurrent_layers"] == {"rows_lstm": "float32"}
+    assert "'rows_lstm' (LSTM) kept in float32 under mixed_float16" in fallback_run.stderr
 
 
 def test_tracking_required_fails_before_any_component_runs(offline, later_server, root):

@@ -1,8 +1,8 @@
 """End to end with a user's model file: the real `mptfx run` on the digits (8x8, a few
-epochs) with examples/my_model.py (a custom layer done right) under mixed_bfloat16 forced,
-and an LSTM under mixed_float16 with its recurrent layers in float32. The same file under
-float32 and mixed_float16, and its unchanged file reusing the cached Trainer, are runs of
-tests/e2e/test_tracking_e2e.py's workspace A.
+epochs) with examples/my_model.py (a custom layer done right) under mixed_bfloat16 forced.
+The same file under float32 and mixed_float16, and its unchanged file reusing the cached
+Trainer, are runs of tests/e2e/test_tracking_e2e.py's workspace A; an LSTM under
+mixed_float16 with its recurrent layers in float32 is its workspace B's run.
 
 mixed_float16 has no fast kernels on a CPU, so each run is kept to the fewest epochs that
 still bless (evaluator.min_accuracy 0.9 stays as it is).
@@ -21,7 +21,6 @@ pytestmark = pytest.mark.e2e
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "my_model.py"
-LSTM_FILE = REPO / "tests" / "data" / "user_models" / "lstm_rows.py"
 TINY = ["--set", "model.input_size=[8,8]", "--set", "tflite.variants=[fp32]"]
 # Served as trained (export.serving_precision: mixed); TF Lite converts the float32 rebuild.
 BFLOAT16_SETTINGS = (f"model.module_file={EXAMPLE}", "trainer.precision=mixed_bfloat16",
@@ -96,17 +95,3 @@ def test_mlflow_run_records_the_model_file_name_and_hash(bfloat16_run):
     params = client.get_run(recorded.run_id).data.params
     assert params["model_file"] == "my_model.py"
     assert params["model_file_sha256"] == hashlib.sha256(EXAMPLE.read_bytes()).hexdigest()
-
-
-def test_lstm_trains_with_its_recurrent_layers_in_float32(mptfx, tmp_path):
-    result = _run(mptfx, tmp_path / "lstm", f"model.module_file={LSTM_FILE}",
-                  "model.params.units=16", "trainer.precision=mixed_float16",
-                  "data.builtin_per_class=40",  # 400 digits: the dtypes are the point here
-                  "trainer.recurrent_precision=float32", "trainer.epochs=2",
-                  "tracking.register_model=false")
-    trainer = result.summary.trainer
-    assert trainer.precision == "mixed_float16"
-    assert trainer.recurrent_precision == "float32"
-    # Read from the trained model's layers by the Trainer.
-    assert trainer.recurrent_layers == {"rows_lstm": "float32"}
-    assert "'rows_lstm' (LSTM) kept in float32 under mixed_float16" in result.stderr
