@@ -192,6 +192,47 @@ def canary_workspace(tmp_path_factory, local_run_workspace) -> Path:
     return shared_workspace(tmp_path_factory, "canary", build)
 
 
+# --- drops of the digits in spans, as scheduled retraining and the monitor see them --------
+# `first_span_workspace`: <folder>/all (every digit as a PNG), <folder>/drops/span-1 (the first
+# SPAN_PER_CLASS images of each class) and <folder>/ws, where `mptfx retrain` trained span 1
+# and pushed version 1 of model `digits` with its monitoring reference. Copy the whole folder
+# (`relocated_copy`): the drops travel with the workspace, and a test adds its own next span.
+SPAN_PER_CLASS = 40
+SPAN_SETTINGS = ["pipeline.name=mptfx-digits", "pusher.model_name=digits", "trainer.epochs=8",
+                 "trainer.warm_start=true", "evaluator.min_accuracy=0",
+                 "evaluator.max_regression=1", "tflite.variants=[fp32]", "tflite.parity_limit=20"]
+
+
+def add_span(folder: Path, span: int, first: int, count: int = SPAN_PER_CLASS) -> Path:
+    """<folder>/drops/span-<span>: images first..first+count-1 of each class of <folder>/all."""
+    target = folder / "drops" / f"span-{span}"
+    for class_dir in sorted(p for p in (folder / "all").iterdir() if p.is_dir()):
+        (target / class_dir.name).mkdir(parents=True)
+        for image in sorted(class_dir.iterdir())[first:first + count]:
+            shutil.copy(image, target / class_dir.name / image.name)
+    return target
+
+
+def _first_span(folder: Path) -> None:
+    """`mptfx retrain` as cron runs it, on an empty workspace: it trains the first span."""
+    from components.ingest.builtin_digits import export_digits
+
+    export_digits(folder / "all")
+    add_span(folder, 1, 0)
+    sets = [arg for setting in SPAN_SETTINGS for arg in ("--set", setting)]
+    result = run_mptfx("retrain", "--workspace", str(folder / "ws"), "--data",
+                       str(folder / "drops"), "--json", *sets)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.summary.pushed.version == "1"
+
+
+@pytest.fixture(scope="session")
+def first_span_workspace(tmp_path_factory) -> Path:
+    """The folder holding the digits, their first span and the workspace trained on it (read
+    only; `relocated_copy` the folder to change it)."""
+    return shared_workspace(tmp_path_factory, "first-span", _first_span)
+
+
 # --- the suite leaves nothing in the checkout -----------------------------------------
 # What git reports (untracked and ignored files) is read when the session starts and when it
 # ends; anything new fails the session (`make test` exits 1, naming the files). Caches of

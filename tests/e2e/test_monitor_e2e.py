@@ -1,6 +1,7 @@
-"""End to end: from served traffic back to training, with one tiny real pipeline run.
+"""End to end: from served traffic back to training, on a copy of the suite's first-span
+workspace (tests/conftest.py; scheduled retraining starts from it too).
 
-The run (span-1 of the digits, 40 images a class) pushes version 1 with its monitoring
+Its run (span-1 of the digits, 40 images a class) pushed version 1 with its monitoring
 reference. TF Serving's binary cannot be installed here, so the TF Serving REST double
 (tests/tf_serving_double.py) serves that real SavedModel at TF Serving's REST boundary; the
 real request logger (the serving pod's sidecar) sits in front of it and writes the
@@ -29,26 +30,11 @@ from PIL import Image
 
 from components.errors import EXIT_DRIFT, EXIT_OK
 from components.run_summary import RunSummary
-from tests.conftest import REPO, CliResult
+from tests.conftest import SPAN_PER_CLASS, SPAN_SETTINGS, CliResult, add_span
 from tests.tf_serving_double import serve_models
+from tests.workspaces import relocated_copy
 
 pytestmark = pytest.mark.e2e
-
-# Named here, not after the data folder: the double and the logger address model `digits`.
-TINY = ["pipeline.name=mptfx-digits", "pusher.model_name=digits", "trainer.epochs=8",
-        "evaluator.min_accuracy=0", "evaluator.max_regression=1", "tflite.variants=[fp32]",
-        "tflite.parity_limit=20"]
-PER_SPAN = 40
-
-
-def _add_span(data: Path, span: int, every: Path) -> None:
-    """span-<span>: images (span-1)*40 .. span*40-1 of each digit class."""
-    first = (span - 1) * PER_SPAN
-    for class_dir in sorted(p for p in every.iterdir() if p.is_dir()):
-        (data / f"span-{span}" / class_dir.name).mkdir(parents=True)
-        for image in sorted(class_dir.iterdir())[first:first + PER_SPAN]:
-            shutil.copy(image, data / f"span-{span}" / class_dir.name / image.name)
-
 
 def _read_split(examples_uri: str, split: str) -> list[bytes]:
     import tensorflow as tf
@@ -61,21 +47,13 @@ def _read_split(examples_uri: str, split: str) -> list[bytes]:
 
 
 @pytest.fixture(scope="module")
-def deployed(tmp_path_factory):
-    """A workspace whose version 1 was trained on span-1 and pushed (stable)."""
-    from components.ingest.builtin_digits import export_digits
-    from pipelines.api import run_pipeline
-
-    root = tmp_path_factory.mktemp("monitor")
-    every = export_digits(root / "all")
-    data = root / "drops"
-    _add_span(data, 1, every)
-    summary = run_pipeline(REPO / "configs" / "local.yaml", root / "ws", str(data),
-                           overrides=TINY)
-    assert summary.status == "completed", summary.error
-    assert summary.pushed.version == "1"
-    return {"root": root, "workspace": root / "ws", "data": data, "every": every,
-            "summary": summary,
+def deployed(first_span_workspace, tmp_path_factory):
+    """A copy of the suite's first-span folder (tests/conftest.py): version 1, trained on
+    span-1 and pushed (stable), its drops and every digit beside it."""
+    root = relocated_copy(first_span_workspace, tmp_path_factory.mktemp("monitor") / "spans")
+    [summary] = [RunSummary.read(path) for path in (root / "ws").glob("runs/*/summary.json")]
+    return {"root": root, "workspace": root / "ws", "data": root / "drops",
+            "every": root / "all", "summary": summary,
             "eval": _read_split(summary.data.examples_uri, "eval")}
 
 
@@ -130,7 +108,7 @@ def monitor(capfd, deployed: dict, log_dir: Path, *args: str) -> CliResult:
     (a retraining it starts prints through them)."""
     from pipelines.cli import main
 
-    settings = [f"serving.request_log.dir={log_dir}", *TINY]
+    settings = [f"serving.request_log.dir={log_dir}", *SPAN_SETTINGS]
     capfd.readouterr()
     code = main(["monitor", "--workspace", str(deployed["workspace"]),
                  *[a for s in settings for a in ("--set", s)], *args])
@@ -207,7 +185,7 @@ def test_darkened_and_resized_images_drift_in_brightness_and_size(capfd, deploye
 
 
 def test_images_of_one_class_drift_in_the_predicted_class(capfd, tf_serving, deployed):
-    unseen_threes = sorted((deployed["every"] / "3").iterdir())[PER_SPAN:2 * PER_SPAN]
+    unseen_threes = sorted((deployed["every"] / "3").iterdir())[SPAN_PER_CLASS:2 * SPAN_PER_CLASS]
     log_dir = _replay(tf_serving, deployed, "threes",
                       [_example(p.read_bytes()) for p in unseen_threes])
     result = monitor(capfd, deployed, log_dir, "--set", "monitor.min_images=40")
@@ -266,7 +244,7 @@ def test_drift_without_a_new_span_is_reported_and_not_retrained(capfd, deployed,
 def test_drift_with_a_new_span_retrains_and_says_trigger_drift(capfd, deployed, drifted_log):
     from mlflow import MlflowClient
 
-    _add_span(deployed["data"], 2, deployed["every"])
+    add_span(deployed["root"], 2, SPAN_PER_CLASS)
     before = _run_files(deployed)
     result = monitor(capfd, deployed, drifted_log, "--set", "monitor.min_images=40",
                      "--retrain-on-drift", "--data", str(deployed["data"]))
