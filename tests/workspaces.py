@@ -122,7 +122,8 @@ def pipeline_run_ids(folders: Iterable[Path], since: float = 0.0,
     runner wrote it (`runs/<run id>/`, a Kubernetes driver's log folder, MLflow's copy).
     Skipped retrains, which ran no pipeline, are left out, and so are the runs a
     `relocated_copy` brought along (a run made in the copy afterwards counts), summaries
-    whose run log is not there (made-up ones) and anything under the folders `without`."""
+    whose run log is neither where they say nor beside them (made-up ones) and anything
+    under the folders `without`."""
     found: dict[str, str] = {}
     without = list(without)
     for folder in folders:
@@ -138,8 +139,8 @@ def pipeline_run_ids(folders: Iterable[Path], since: float = 0.0,
             except (OSError, ValueError):
                 continue
             if not (isinstance(record, dict) and record.get("run_id") and "status" in record
-                    and record["status"] != "skipped" and (summary.name == REPLAYED or (
-                        record.get("log_path") and Path(record["log_path"]).is_file()))):
+                    and record["status"] != "skipped" and (summary.name == REPLAYED
+                                                           or _has_its_log(summary, record))):
                 continue
             if any(summary.is_relative_to(folder) for folder in without):
                 continue
@@ -148,3 +149,10 @@ def pipeline_run_ids(folders: Iterable[Path], since: float = 0.0,
                        for copy, runs in copied.items()):
                 found.setdefault(run_id, str(summary))
     return found
+
+
+def _has_its_log(summary: Path, record: dict) -> bool:
+    """The run's log is where summary.json says, or beside it: a run made in the image names
+    its log by the container's path (/mnt/mptfx/runs/<id>/pipeline.log)."""
+    log = record.get("log_path")
+    return bool(log) and (Path(log).is_file() or (summary.parent / Path(log).name).is_file())

@@ -126,10 +126,20 @@ def test_a_run_is_counted_whatever_its_outcome(outside, status):
     assert pipeline_run_ids([outside]) == {"r1": str(outside / "ws/runs/r1/summary.json")}
 
 
-def _run(workspace: Path, run_id: str, status: str) -> None:
+def test_a_run_made_in_the_image_is_counted_by_the_log_beside_its_summary(outside):
+    """A run inside the container names its log by the container's path."""
+    _run(outside / "ws", "r-image", "completed", logged_as="/mnt/mptfx/runs/r-image")
+    assert pipeline_run_ids([outside]) == {
+        "r-image": str(outside / "ws/runs/r-image/summary.json")}
+    (outside / "ws/runs/r-image/pipeline.log").unlink()
+    assert pipeline_run_ids([outside]) == {}
+
+
+def _run(workspace: Path, run_id: str, status: str, logged_as: str = "") -> None:
     """What a pipeline run leaves: runs/<run id>/ with its log and summary.json."""
     run = workspace / "runs" / run_id
     run.mkdir(parents=True)
     (run / "pipeline.log").write_text("a run's log")
     (run / "summary.json").write_text(json.dumps(
-        {"run_id": run_id, "status": status, "log_path": str(run / "pipeline.log")}))
+        {"run_id": run_id, "status": status,
+         "log_path": f"{logged_as or run}/pipeline.log"}))
