@@ -5,7 +5,8 @@ One pipeline run (about 1.5 minutes) with the default config (configs/local.yaml
 a corrupt PNG and a text file among the images, in a folder named `flowers` as a user's own
 data would be: the pipeline and the model are named after it. It is started as a shell
 starts a command (a session and process group of its own), and what it left running once it
-exited is recorded.
+exited is recorded. A second run in its workspace trains ResNet-50 by name for one epoch
+under an impossible accuracy floor: it runs end to end, and is not blessed nor pushed.
 """
 
 from __future__ import annotations
@@ -349,12 +350,13 @@ def test_tflite_edge_variants_are_smaller_and_faithful(digits_run):
 
 @pytest.fixture(scope="session")
 def unblessed_run(mptfx, digits_run, user_data):
-    """One more run in the same workspace: a worse model (1 epoch) under an impossible
-    accuracy floor, judged against the blessed one. TFX's cache reuses the unchanged
-    components."""
+    """One more run in the same workspace: a worse model (Keras Applications' ResNet-50 by
+    name, from random weights, 1 epoch) under an impossible accuracy floor, judged against
+    the blessed one. TFX's cache reuses the unchanged components."""
     workspace = digits_run[0]
     return mptfx("run", "--workspace", str(workspace), "--data", str(user_data), "--json",
-                 "--set", "trainer.epochs=1", "--set", "evaluator.min_accuracy=0.999")
+                 "--set", "model.name=resnet50", "--set", "trainer.epochs=1",
+                 "--set", "evaluator.min_accuracy=0.999")
 
 
 def test_accuracy_floor_not_met_reports_why_and_pushes_nothing(digits_run, unblessed_run):
@@ -383,6 +385,26 @@ def test_worse_model_is_not_blessed_against_the_blessed_one(digits_run, unblesse
     assert evaluation.accuracy < digits_run[1].summary.eval.accuracy
     assert evaluation.baseline_accuracy == digits_run[1].summary.eval.accuracy
     assert any("against the latest blessed model" in why for why in evaluation.why_not_blessed)
+
+
+def test_resnet50_runs_end_to_end_on_the_resized_digits(unblessed_run):
+    import tensorflow as tf
+
+    assert unblessed_run.returncode == 0, unblessed_run.stderr[-2000:]
+    summary = unblessed_run.summary
+    assert summary.status == "completed"
+    assert set(summary.components) == set(COMPONENTS)
+    for name, info in summary.components.items():
+        assert info.status in ("completed", "cached"), name
+    trainer = summary.trainer
+    assert trainer.model == "resnet50" and trainer.input_size == [16, 16]
+    assert trainer.lint == "passed"
+    assert summary.eval.accuracy is not None  # TFMA evaluated its serving signature
+    served = tf.saved_model.load(os.path.join(trainer.model_uri, "Format-Serving"))
+    digits = tf.zeros([2, 8, 8, 1], tf.uint8)  # stored 8x8; resized to 16x16 in the graph
+    probabilities = served.signatures["predict_images"](images=digits)["probabilities"]
+    np.testing.assert_allclose(probabilities.numpy().sum(axis=1), 1.0, rtol=1e-5)
+    assert probabilities.shape == (2, 10)
 
 
 def test_mlflow_loads_the_champion_and_predicts_with_the_evaluators_accuracy(digits_run,
