@@ -43,6 +43,38 @@ class CliResult:
         return RunSummary.parse(json.loads(self.stdout), "mptfx --json output")
 
 
+def set_args(*settings: str) -> list[str]:
+    """`--set KEY=VALUE` for each setting, as `mptfx run` takes them."""
+    return [arg for setting in settings for arg in ("--set", setting)]
+
+
+# Every component of an image classification run, in data-flow order.
+COMPONENTS = ["Ingest", "StatisticsGen", "SchemaGen", "ExampleValidator", "DataValidationGate",
+              "Trainer", "LatestBlessedModel", "Evaluator", "InfraValidator", "Pusher", "TFLite"]
+
+
+def assert_every_component_ran(summary: RunSummary) -> None:
+    """The run completed, and every classification component ran or came from the cache."""
+    assert summary.status == "completed"
+    assert set(summary.components) == set(COMPONENTS)
+    for name in COMPONENTS:
+        assert summary.components[name].status in ("completed", "cached"), name
+
+
+def assert_blessed_exported_and_converted(summary: RunSummary, policy: str) -> None:
+    """Trained under `policy`, lint passed, blessed at 0.9 or more, pushed, and its TF Lite
+    fp32 variant published and faithful."""
+    assert summary.status == "completed"
+    assert summary.trainer.precision == policy
+    assert summary.trainer.lint == "passed"
+    assert summary.eval.blessed is True and summary.eval.accuracy >= 0.9
+    assert summary.pushed.pushed is True
+    assert Path(summary.pushed.path, "saved_model.pb").exists()
+    fp32 = summary.tflite["fp32"]
+    assert fp32.published is True and fp32.agreement >= 0.995
+    assert Path(fp32.path).stat().st_size > 0
+
+
 def run_mptfx(*args: str, cwd: Path = RUN_DIR, timeout: int = 900) -> CliResult:
     """Run `mptfx ARGS` in a subprocess (the installed console script's module)."""
     env = dict(os.environ, PYTHONUNBUFFERED="1")
@@ -183,9 +215,9 @@ def canary_workspace(tmp_path_factory, local_run_workspace) -> Path:
 
         folder.rmdir()
         relocated_copy(local_run_workspace, folder)
-        sets = [arg for setting in SMALL + CANARY_RUN for arg in ("--set", setting)]
         second = run_mptfx("run", "--config", str(REPO / "configs/local.yaml"),
-                           "--workspace", str(folder), *sets, "--json")
+                           "--workspace", str(folder), *set_args(*SMALL, *CANARY_RUN),
+                           "--json")
         assert second.returncode == 0, second.stderr[-3000:]
         assert second.summary.pushed.label == "canary" and second.summary.pushed.version == "2"
 
@@ -219,9 +251,8 @@ def _first_span(folder: Path) -> None:
 
     export_digits(folder / "all")
     add_span(folder, 1, 0)
-    sets = [arg for setting in SPAN_SETTINGS for arg in ("--set", setting)]
     result = run_mptfx("retrain", "--workspace", str(folder / "ws"), "--data",
-                       str(folder / "drops"), "--json", *sets)
+                       str(folder / "drops"), "--json", *set_args(*SPAN_SETTINGS))
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.summary.pushed.version == "1"
 

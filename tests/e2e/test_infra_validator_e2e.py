@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import set_args
 from tests.folders import tree_hash
 from tests.workspaces import relocated_copy
 
@@ -28,10 +29,6 @@ TINY = ["data.builtin_per_class=20", "trainer.epochs=3", "evaluator.min_accuracy
         "trainer.lr_schedule=constant", "trainer.label_smoothing=0"]
 
 
-def _sets(*settings: str) -> list[str]:
-    return [arg for setting in settings for arg in ("--set", setting)]
-
-
 @pytest.fixture(scope="module")
 def refused(mptfx, local_run, local_run_workspace, tmp_path_factory):
     _, first = local_run  # the suite's local run pushed version 1 (tests/conftest.py)
@@ -41,7 +38,7 @@ def refused(mptfx, local_run, local_run_workspace, tmp_path_factory):
     before = tree_hash(serving)
     # max_regression 1: the Evaluator blesses it against version 1, so only the
     # InfraValidator stands between it and the push.
-    second = mptfx("run", "--workspace", str(workspace), "--json", *_sets(
+    second = mptfx("run", "--workspace", str(workspace), "--json", *set_args(
         *TINY, f"model.module_file={FAILS_IN_SERVING}", "evaluator.max_regression=1.0",
         "trainer.epochs=15"))
     return {"workspace": workspace, "serving": serving, "before": before, "first": first,

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import RUN_DIR
+from tests.conftest import RUN_DIR, set_args
 from tests.k8s_double import (
     REPO,
     SMALL,
@@ -163,8 +163,7 @@ def test_cluster_retraining_sees_the_submitted_run_and_does_nothing(replay, post
 
     monkeypatch.setattr(k8s_commands, "make_clients", no_cluster)
     monkeypatch.setenv("MPTFX_MLMD_PASSWORD", postgres["password"])
-    sets = [arg for item in SMALL + k8s_overrides(postgres, replay["tmp"] / "ws")
-            for arg in ("--set", item)]
+    sets = set_args(*SMALL, *k8s_overrides(postgres, replay["tmp"] / "ws"))
     assert cli.main(["retrain", "--runner", "kubernetes", "--in-cluster", "--config",
                      str(REPO / "configs/local.yaml"), *sets]) == 0
     out = capsys.readouterr().out
@@ -197,6 +196,7 @@ def two_workers(replay, postgres):
     from pipelines.config import load_config
     from pipelines.k8s_commands import compile_for_kubernetes
     from pipelines.kubernetes.ir import NodePlan
+    from pipelines.metadata_summary import collect_outputs
 
     tmp = replay["tmp"] / "multi-worker"
     tmp.mkdir()
@@ -224,15 +224,17 @@ def two_workers(replay, postgres):
             for job in cluster.jobs.values() for pod in job["pods"]}
     assert report.succeeded, out + "\n".join(text[-3000:] for text in logs.values())
     custom = json.loads(trainer.parameters.parameters["custom_config"].field_value.string_value)
-    return {"config": config, "run_id": run_id, "cluster": cluster, "logs": logs,
+    nodes = collect_outputs(connection(postgres), config.pipeline.name, run_id)
+    model_run = nodes["Trainer"]["outputs"]["model_run"][0].uri
+    return {"run_id": run_id, "cluster": cluster, "logs": logs, "nodes": nodes,
+            "model_run": model_run,
+            "training": json.loads(Path(model_run, "training_summary.json").read_text()),
             "module": custom["model"], "digest": hashlib.sha256(EXAMPLE.read_bytes()).hexdigest()}
 
 
 def test_two_trainer_workers_train_together_and_only_the_chief_publishes(two_workers, replay,
                                                                         postgres):
     from ml_metadata.metadata_store import metadata_store
-
-    from pipelines.metadata_summary import collect_outputs
 
     cluster, logs, run_id = two_workers["cluster"], two_workers["logs"], two_workers["run_id"]
     [job] = cluster.jobs.values()
@@ -242,14 +244,14 @@ def test_two_trainer_workers_train_together_and_only_the_chief_publishes(two_wor
     worker_log = logs[job["pods"][1]["name"]]
     assert "worker 1 of run" in worker_log and "joining the chief's execution" in worker_log
 
-    nodes = collect_outputs(connection(postgres), two_workers["config"].pipeline.name, run_id)
+    nodes = two_workers["nodes"]
     assert list(nodes) == ["Trainer"] and nodes["Trainer"]["state"] == "completed"
     store = metadata_store.MetadataStore(connection(postgres))
     context = store.get_context_by_type_and_name("pipeline_run", run_id)
     assert len(store.get_executions_by_context(context.id)) == 1  # the chief's, alone
-    model_run = nodes["Trainer"]["outputs"]["model_run"][0].uri
-    assert model_run.startswith(str(replay["tmp"] / "ws"))  # not a worker's scratch dir
-    summary = json.loads(Path(model_run, "training_summary.json").read_text())
+    # In the run's workspace, not a worker's scratch dir.
+    assert two_workers["model_run"].startswith(str(replay["tmp"] / "ws"))
+    summary = two_workers["training"]
     assert summary["strategy"] == "multi_worker" and summary["replicas"] == 2
     model = nodes["Trainer"]["outputs"]["model"][0].uri
     assert list(Path(model).rglob("saved_model.pb"))
@@ -264,15 +266,10 @@ def test_compiled_trainer_names_the_staged_copy_in_the_pipeline_root(two_workers
     assert staged.read_bytes() == EXAMPLE.read_bytes()
 
 
-def test_the_trainer_pods_import_the_staged_copy(two_workers, postgres):
+def test_the_trainer_pods_import_the_staged_copy(two_workers):
     """Both pods built the model from the file (the source was deleted before they started);
     the chief's training summary names the staged copy and its hash."""
-    from pipelines.metadata_summary import collect_outputs
-
-    nodes = collect_outputs(connection(postgres), two_workers["config"].pipeline.name,
-                            two_workers["run_id"])
-    model_run = nodes["Trainer"]["outputs"]["model_run"][0].uri
-    summary = json.loads(Path(model_run, "training_summary.json").read_text())
+    summary = two_workers["training"]
     assert summary["model_file_staged"] == two_workers["module"]["module_file"]
     assert summary["model_file_sha256"] == two_workers["digest"]
     assert summary["model"].startswith("user:my_model.py:build_model@")

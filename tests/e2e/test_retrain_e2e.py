@@ -24,12 +24,12 @@ from pathlib import Path
 import pytest
 
 from components.run_summary import RunSummary
-from tests.conftest import RUN_DIR, SPAN_PER_CLASS, SPAN_SETTINGS, add_span
+from tests.conftest import RUN_DIR, SPAN_PER_CLASS, SPAN_SETTINGS, add_span, set_args
 from tests.workspaces import relocated_copy
 
 pytestmark = pytest.mark.e2e
 
-SETTINGS = [arg for setting in SPAN_SETTINGS for arg in ("--set", setting)]
+SETTINGS = set_args(*SPAN_SETTINGS)
 
 
 def _retrain_process(workspace: Path, data: Path) -> subprocess.Popen:

@@ -30,7 +30,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import RUN_DIR
+from tests.conftest import (
+    RUN_DIR,
+    assert_blessed_exported_and_converted,
+    assert_every_component_ran,
+)
 from tests.ports import free_port
 
 pytestmark = pytest.mark.e2e
@@ -298,20 +302,12 @@ def test_sweep_runs_every_point_reusing_cached_components_then_compares(sweep):
     assert Path(result.json["plot"]).read_bytes()[:4] == b"\x89PNG"
 
 
-CLASSIFICATION = {"Ingest", "StatisticsGen", "SchemaGen", "ExampleValidator",
-                  "DataValidationGate", "Trainer", "LatestBlessedModel", "Evaluator",
-                  "InfraValidator", "Pusher", "TFLite"}
-
-
 def test_mixed_float16_is_within_two_points_of_float32(sweep):
     from components.run_summary import RunSummary
 
     float32, mixed = (RunSummary.parse(run, "the sweep's summary.json") for run in sweep[1])
     for summary in (float32, mixed):
-        assert summary.status == "completed"
-        assert set(summary.components) == CLASSIFICATION
-        assert all(info.status in ("completed", "cached")
-                   for info in summary.components.values())
+        assert_every_component_ran(summary)
     assert float32.trainer.precision == "float32"
     assert mixed.trainer.precision == "mixed_float16"
     assert mixed.trainer.loss_scale["dynamic"] is True  # float16 is loss-scaled
@@ -327,17 +323,9 @@ def test_custom_layer_model_trains_blessed_and_converts_under_float16(sweep):
     from components.run_summary import RunSummary
 
     summary = RunSummary.parse(sweep[1][1], "the sweep's mixed_float16 summary.json")
-    assert summary.status == "completed"
-    assert summary.trainer.precision == "mixed_float16"
+    assert_blessed_exported_and_converted(summary, "mixed_float16")
     assert summary.trainer.model_file == str(EXAMPLE)
-    assert summary.trainer.lint == "passed"
     assert summary.trainer.loss_scale["dynamic"] is True  # float16 trains loss-scaled
-    assert summary.eval.blessed is True and summary.eval.accuracy >= 0.9
-    assert summary.pushed.pushed is True
-    assert Path(summary.pushed.path, "saved_model.pb").exists()
-    fp32 = summary.tflite["fp32"]
-    assert fp32.published is True and fp32.agreement >= 0.995
-    assert Path(fp32.path).stat().st_size > 0
 
 
 def test_unchanged_model_file_reuses_the_cached_trainer(default_run, sweep):

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from components.run_summary import RunSummary
+from tests.conftest import assert_blessed_exported_and_converted, set_args
 
 pytestmark = pytest.mark.e2e
 
@@ -28,9 +28,9 @@ BFLOAT16_SETTINGS = (f"model.module_file={EXAMPLE}", "trainer.precision=mixed_bf
 
 
 def _run(mptfx, workspace: Path, *settings: str):
-    sets = [arg for setting in settings for arg in ("--set", setting)]
     # float16 on a CPU has no fast kernels: allow a busy CI machine the time it takes.
-    result = mptfx("run", "--workspace", str(workspace), *TINY, *sets, "--json", timeout=1800)
+    result = mptfx("run", "--workspace", str(workspace), *TINY, *set_args(*settings), "--json",
+                   timeout=1800)
     assert result.returncode == 0, result.stderr[-3000:]
     return result
 
@@ -41,20 +41,8 @@ def bfloat16_run(mptfx, tmp_path_factory):
     return workspace, _run(mptfx, workspace, *BFLOAT16_SETTINGS)
 
 
-def _assert_blessed_exported_and_converted(summary: RunSummary, policy: str) -> None:
-    assert summary.status == "completed"
-    assert summary.trainer.precision == policy
-    assert summary.trainer.lint == "passed"
-    assert summary.eval.blessed is True and summary.eval.accuracy >= 0.9
-    assert summary.pushed.pushed is True
-    assert Path(summary.pushed.path, "saved_model.pb").exists()
-    fp32 = summary.tflite["fp32"]
-    assert fp32.published is True and fp32.agreement >= 0.995
-    assert Path(fp32.path).stat().st_size > 0
-
-
 def test_custom_layer_model_trains_blessed_and_converts_under_bfloat16(bfloat16_run):
-    _assert_blessed_exported_and_converted(bfloat16_run[1].summary, "mixed_bfloat16")
+    assert_blessed_exported_and_converted(bfloat16_run[1].summary, "mixed_bfloat16")
 
 
 def test_serving_precision_mixed_pushes_the_bfloat16_graph_with_float32_outputs(bfloat16_run):
