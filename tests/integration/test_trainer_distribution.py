@@ -166,6 +166,13 @@ def test_a_training_killed_after_epoch_1_resumes_at_epoch_2(examples_uri, tmp_pa
 
 # The dtype's machine epsilon: float16 keeps 11 bits of significand, bfloat16 8.
 DTYPE_EPSILON = {"mixed_float16": float(np.finfo(np.float16).eps), "mixed_bfloat16": 2.0 ** -7}
+# The losses pass through two networks computed in the low dtype (the teacher's prediction and
+# the student's), each rounding at every layer, so they may stray by a few epsilons, not one.
+# Measured: within 1 epsilon on an EPYC with AVX512_BF16 (native bfloat16 dot products with
+# float32 sums), 1.5 epsilons (distillation_loss 1.8402 vs 1.8618) on an AVX2-only EPYC, where
+# TensorFlow emulates bfloat16 and rounds each op's output. A loss scale left in, a
+# temperature applied twice or a replica counted twice is off by far more than 4.
+LOSS_EPSILONS = 4
 
 
 def test_distillation_loss_under_mixed_precision_and_mirrored_matches_float32(
@@ -174,8 +181,8 @@ def test_distillation_loss_under_mixed_precision_and_mirrored_matches_float32(
     """One train step of a distilled student from the same weights on the same real batch,
     teacher and student in the cell's precision: under mixed_float16 (loss-scaled) and
     mixed_bfloat16 with MirroredStrategy over two logical CPUs, the distillation loss, the
-    whole loss and the unscaled gradient norm match the float32 step within the dtype's
-    epsilon (relative); float32 over two replicas matches one device."""
+    whole loss match the float32 step within 4 of the dtype's epsilons (relative) and the
+    unscaled gradient norm within one; float32 over two replicas matches one device."""
     # A teacher that has learnt something: its predictions are far from uniform.
     teacher_args = fn_args_dict(examples_uri, str(tmp_path / "teacher"), input_size=(16, 16),
                                 epochs=8, learning_rate=0.003, autotune="off")
@@ -199,7 +206,8 @@ def test_distillation_loss_under_mixed_precision_and_mirrored_matches_float32(
         row = rows[policy, "mirrored"]
         assert row["teacher_precision"] == policy and row["step_skipped"] == 0.0
         for key in ("distillation_loss", "loss"):
-            assert row[key] == pytest.approx(reference[key], rel=epsilon), (policy, key)
+            assert row[key] == pytest.approx(reference[key], rel=LOSS_EPSILONS * epsilon), \
+                (policy, key)
         # Each replica's norm of its own half-batch (training_model.py), as in float32.
         assert row["gradient_norm"] == pytest.approx(mirrored["gradient_norm"], rel=epsilon)
 
