@@ -48,8 +48,9 @@ IMAGE_FIRST = if bash scripts/build_image.sh $(IMAGE); then export MPTFX_IMAGE_B
 	export MPTFX_IMAGE=$(IMAGE);
 
 # The test files run on every core (pytest-xdist; one file stays on one worker, so the
-# pipeline runs a module shares are made once).
-PARALLEL ?= -n auto --dist loadfile
+# pipeline runs a module shares are made once), the longest files first (tests/conftest.py,
+# LONGEST_FIRST; xdist's own reordering would put the files with most tests first).
+PARALLEL ?= -n auto --dist loadfile --no-loadscope-reorder
 
 # Every tier but the fault runs; the image builds beside the other tiers (scripts/run_tests.sh).
 test: setup tools services
