@@ -77,7 +77,10 @@ def describe_host() -> dict[str, Any]:
         ],
         "tensorflow": tf.__version__,
         "keras": keras.__version__,
-        "onednn": os.environ.get("TF_ENABLE_ONEDNN_OPTS", "default (on for x86 Linux)"),
+        # TF_ENABLE_ONEDNN_OPTS as TensorFlow read it (components/__init__.py sets it to 1
+        # where unset); unset only when TensorFlow was imported without mptfx.
+        "onednn": os.environ.get("TF_ENABLE_ONEDNN_OPTS",
+                                 "TensorFlow's default (on with AVX512_VNNI/BF16 or AMX)"),
         "threads": {
             "intra_op": tf.config.threading.get_intra_op_parallelism_threads() or "default",
             "inter_op": tf.config.threading.get_inter_op_parallelism_threads() or "default",
