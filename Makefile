@@ -41,7 +41,8 @@ image:
 run: setup
 	$(VENV)/bin/mptfx run $(ARGS)
 
-# tests/image runs inside the image built (or reused) just before. Only where buildah cannot
+# `make test-image`: tests/image runs inside the image built (or reused) just before (`make
+# test` builds it beside the other tests instead, scripts/run_tests.sh). Only where buildah cannot
 # be had (not root, not CI) does the build's failure let pytest run, and tests/image skip.
 IMAGE_FIRST = if bash scripts/build_image.sh $(IMAGE); then export MPTFX_IMAGE_BUILT=$(IMAGE); \
 	elif [ "$$CI" = true ] || type -P buildah >/dev/null; then exit 2; fi; \

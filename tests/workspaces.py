@@ -8,7 +8,7 @@ per `make test`:
     mine = relocated_copy(root, tmp_path / "ws")                 # this test's own copy
 
 `shared_workspace` builds under a folder every pytest-xdist worker of the session sees (or
-`$MPTFX_TEST_WORKSPACES`, which scripts/run_tests.sh shares with the image tier), under a file
+`$MPTFX_TEST_WORKSPACES`, which scripts/run_tests.sh sets), under a file
 lock: the first worker to ask builds, the others wait and reuse it. A build that fails is
 remembered, so the others fail with its message instead of training again. Tests that change a
 workspace (serve, promote, retrain) take a `relocated_copy`: a workspace holds its own absolute
@@ -18,7 +18,7 @@ every text column of its sqlite databases, as if it had been trained where it no
 
 `pipeline_run_ids` finds the runs a session made (every summary.json naming a run that is not
 a skipped retrain, the runs a relocated copy brought along left out), and tests/conftest.py
-prints their number at the end of each tier.
+prints their number at the end of each session.
 """
 
 from __future__ import annotations
