@@ -269,24 +269,23 @@ def first_span_workspace(tmp_path_factory) -> Path:
 # `--no-loadscope-reorder` is given (the Makefile's PARALLEL); its default order, most tests
 # first, left a 10-minute file to start near the end while the other worker sat idle. Longest
 # first, the short unit files fill the end. The seconds each file took on one worker,
-# including the shared states it happened to build, `--durations` on an AVX2-only EPYC,
-# 2026-12-05 (a file not listed keeps its place after these; the order only moves time).
+# including the shared states it happened to build, `--durations=0` of the whole `make test`
+# on an AVX2-only EPYC with oneDNN on, 2026-12-05 (a file not listed keeps its place after
+# these; the order only moves time).
 LONGEST_FIRST = (
-    "integration/test_pretrained_backbone.py",  # 737 s
-    "e2e/test_pipeline_e2e.py",  # 560 s
-    "e2e/test_tracking_e2e.py",  # 330 s
-    "e2e/test_k8s_replay.py",  # 330 s, building the local run
-    "integration/test_pretrained.py",  # 200 s
-    "e2e/test_rollout_e2e.py",  # 195 s, building the canary
-    "integration/test_vit.py",  # 174 s
-    "integration/test_trainer_distribution.py",  # 170 s
-    "e2e/test_photos_e2e.py",  # 165 s
-    "e2e/test_monitor_e2e.py",  # 150 s
-    "e2e/test_retrain_e2e.py",  # 135 s, building the first span
-    "e2e/test_bad_input.py",  # 125 s
-    "e2e/test_user_volumes_e2e.py",  # 109 s
+    "integration/test_pretrained_backbone.py",  # 555 s
+    "e2e/test_pipeline_e2e.py",  # 426 s
+    "e2e/test_k8s_replay.py",  # 359 s, building the local run
+    "e2e/test_tracking_e2e.py",  # 273 s
+    "e2e/test_rollout_e2e.py",  # 212 s, building the canary
+    "integration/test_vit.py",  # 185 s
+    "e2e/test_photos_e2e.py",  # 152 s
+    "integration/test_trainer_distribution.py",  # 150 s
+    "e2e/test_monitor_e2e.py",  # 148 s
+    "e2e/test_retrain_e2e.py",  # 116 s, building the first span
+    "e2e/test_bad_input.py",  # 104 s
+    "e2e/test_user_volumes_e2e.py",  # 103 s
 )
-
 
 # Right after them, tests/image: its files wait for the image that scripts/run_tests.sh builds
 # beside the tests (12 minutes on a fresh machine), so they start once the longest files are

@@ -9,9 +9,8 @@ What a user would check:
 - each model runs its own ImageNet preprocessing in the graph: fed [0, 1] images, its
   backbone gives what the Keras Applications backbone gives on the preprocessing Keras
   documents for it;
-- training starts from the file: the backbone's checksum at the start is the file's;
-- the head trains first on the frozen backbone, then only the top blocks unfreeze (the
-  recipe `trainer.fine_tune: auto` picks with pretrained weights), BatchNorm still frozen;
+- training starts from the file, head first, then the top blocks: checked on the run from
+  a pretrained file in test_pretrained_backbone.py;
 - `imagenet` that cannot be downloaded is one line naming the URL and the cache path.
 """
 
@@ -25,7 +24,6 @@ import pytest
 
 import models
 from components.trainer.pretrained import WeightsUnavailableError, check_imagenet_available
-from components.trainer.warm_start import arrays_checksum
 from models.registry import model_backbone
 from tests.trainer_testdata import fit_fields, fn_args_dict, write_digits_examples
 
@@ -38,12 +36,6 @@ def _backbone_file(name: str, path: str, seed: int = 5) -> str:
     backbone = model_backbone(name)(SIZE, None)
     backbone.save_weights(path)
     return path
-
-
-def _file_checksum(name: str, path: str) -> str:
-    backbone = model_backbone(name)(SIZE, None)
-    backbone.load_weights(path)
-    return arrays_checksum(backbone.get_weights())
 
 
 @pytest.mark.parametrize("name, reference", [
@@ -66,56 +58,9 @@ def test_each_model_preprocesses_in_the_graph_as_keras_documents(name, reference
                                rtol=1e-4, atol=1e-4)
 
 
-class WeightsPerEpoch(keras.callbacks.Callback):
-    def __init__(self) -> None:
-        super().__init__()
-        self.epochs: list[dict[str, list[np.ndarray]]] = []
-
-    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
-        self.epochs.append({layer.name: [np.array(w) for w in layer.get_weights()]
-                            for layer in self.model.layers if layer.weights})
-
-
-def _same(a: list[np.ndarray], b: list[np.ndarray]) -> bool:
-    return all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
-
-
 @pytest.fixture(scope="module")
 def examples_uri(tmp_path_factory) -> str:
     return write_digits_examples(str(tmp_path_factory.mktemp("digits")), 40)
-
-
-@pytest.mark.parametrize("name, top_block, lower_layer", [
-    ("mobilenet_v3_small", "conv_1", "expanded_conv_3_expand"),
-    ("resnet50", "conv5_block3_3_conv", "conv4_block1_1_conv"),
-])
-def test_a_backbone_file_trains_the_head_first_then_the_top_blocks(
-        examples_uri, tmp_path, name, top_block, lower_layer, restore_dtype_policy):
-    path = _backbone_file(name, str(tmp_path / "backbone.weights.h5"))
-    fields = fn_args_dict(examples_uri, str(tmp_path / "out"), model=name, input_size=SIZE,
-                          params={"weights": path}, autotune="off", xla="off", epochs=3,
-                          batch_size=16, learning_rate=0.01)
-    recorder = WeightsPerEpoch()
-    fitted = fit_fields(fields, extra_callbacks=[recorder])
-    # It started from the file: the backbone's checksum at the start is the file's.
-    assert fitted.start_weights.loaded == "backbone"
-    assert fitted.start_weights.backbone_checksum == _file_checksum(name, path)
-    # auto: pretrained, so 3 // 3 = 1 frozen epoch, then the top quarter of the blocks.
-    assert fitted.fine_tune["frozen_epochs"] == 1
-    assert "pretrained weights" in fitted.fine_tune["reason"]
-    start = models.build_model(name, (*SIZE, 1), 10)
-    from components.trainer.pretrained import load_start_weights
-
-    load_start_weights(start, path, name, {}, (*SIZE, 1), 10)
-    first, last = recorder.epochs[0], recorder.epochs[-1]
-    for layer in (top_block, lower_layer):
-        assert _same(first[layer], start.get_layer(layer).get_weights()), layer  # frozen
-    assert not _same(first["logits"], start.get_layer("logits").get_weights())  # head trained
-    assert not _same(last[top_block], first[top_block])        # the top block unfroze
-    assert _same(last[lower_layer], first[lower_layer])        # the lower blocks did not
-    batchnorm = next(layer for layer in start.layers
-                     if isinstance(layer, keras.layers.BatchNormalization))
-    assert _same(last[batchnorm.name], start.get_layer(batchnorm.name).get_weights())
 
 
 def test_a_file_of_neither_the_model_nor_its_backbone_is_one_line(examples_uri, tmp_path):

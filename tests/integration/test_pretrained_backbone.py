@@ -12,7 +12,12 @@ top blocks) and once with `none`, same seed, epochs and data.
 The pretraining is the test's own: plain Keras on task A with the BatchNormalization
 momentum lowered to 0.9, so that the saved moving statistics have settled in a few hundred
 steps (Keras Applications' 0.99-0.999 need thousands; ImageNet weights have them).
-Slow (two to four minutes): integration tier, no subprocess.
+The run from the pretrained file also shows how training starts from it, as a user would
+check it (this used to be a run of its own in test_pretrained.py, on a random backbone file):
+- training starts from the file: the backbone's checksum at the start is the file's;
+- the head trains first on the frozen backbone, then only the top blocks unfreeze (the recipe
+  `trainer.fine_tune: auto` picks with pretrained weights), BatchNorm still frozen.
+Slow (two to six minutes): integration tier, no subprocess.
 """
 
 from __future__ import annotations
@@ -27,11 +32,16 @@ import pytest
 import models
 from benchmarks.measures.photo_quality import make_strip_photos
 from components.ingest.ingest import ingest
+from components.trainer.pretrained import load_start_weights
+from components.trainer.warm_start import arrays_checksum
 from models.registry import model_backbone
 from tests.trainer_testdata import fit_fields, fn_args_dict
 
 SIDE = 32
 EPOCHS_B = 5
+# A layer of the top blocks the recipe unfreezes after the frozen epoch, and one below them.
+FINE_TUNED = {"mobilenet_v3_small": ("conv_1", "expanded_conv_3_expand"),
+              "resnet50": ("conv5_block3_3_conv", "conv4_block1_1_conv")}
 
 
 def _arrays(root: str) -> tuple[np.ndarray, np.ndarray]:
@@ -60,12 +70,50 @@ def _pretrained_backbone(name: str, task_a: str, path: str) -> str:
     return path
 
 
-def _train_b(examples_uri: str, out: str, name: str, weights: str) -> float:
+class WeightsPerEpoch(keras.callbacks.Callback):
+    def __init__(self) -> None:
+        super().__init__()
+        self.epochs: list[dict[str, list[np.ndarray]]] = []
+
+    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        self.epochs.append({layer.name: [np.array(w) for w in layer.get_weights()]
+                            for layer in self.model.layers if layer.weights})
+
+
+def _same(a: list[np.ndarray], b: list[np.ndarray]) -> bool:
+    return all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
+
+
+def _train_b(examples_uri: str, out: str, name: str, weights: str,
+             recorder: WeightsPerEpoch | None = None):
     fields = fn_args_dict(examples_uri, out, model=name, input_size=(SIDE, SIDE),
                           params={"weights": weights}, autotune="off", xla="off",
                           epochs=EPOCHS_B, batch_size=32, seed=3)
-    fitted = fit_fields(fields)
-    return fitted.history["val_accuracy"][-1]
+    return fit_fields(fields, extra_callbacks=[recorder] if recorder else [])
+
+
+def _assert_started_from_the_file_head_first_then_top_blocks(
+        name: str, path: str, fitted, recorder: WeightsPerEpoch) -> None:
+    top_block, lower_layer = FINE_TUNED[name]
+    file_backbone = model_backbone(name)((SIDE, SIDE), None)
+    file_backbone.load_weights(path)
+    # It started from the file: the backbone's checksum at the start is the file's.
+    assert fitted.start_weights.loaded == "backbone"
+    assert fitted.start_weights.backbone_checksum == arrays_checksum(file_backbone.get_weights())
+    # auto: pretrained, so EPOCHS_B // 3 = 1 frozen epoch, then the top quarter of the blocks.
+    assert fitted.fine_tune["frozen_epochs"] == EPOCHS_B // 3 == 1
+    assert "pretrained weights" in fitted.fine_tune["reason"]
+    start = models.build_model(name, (SIDE, SIDE, 3), 4)
+    load_start_weights(start, path, name, {}, (SIDE, SIDE, 3), 4)
+    first, last = recorder.epochs[0], recorder.epochs[-1]
+    for layer in (top_block, lower_layer):
+        assert _same(first[layer], start.get_layer(layer).get_weights()), layer  # frozen
+    assert not _same(first["logits"], start.get_layer("logits").get_weights())  # head trained
+    assert not _same(last[top_block], first[top_block])        # the top block unfroze
+    assert _same(last[lower_layer], first[lower_layer])        # the lower blocks did not
+    batchnorm = next(layer for layer in start.layers
+                     if isinstance(layer, keras.layers.BatchNormalization))
+    assert _same(last[batchnorm.name], start.get_layer(batchnorm.name).get_weights())
 
 
 @pytest.fixture(scope="module")
@@ -79,12 +127,16 @@ def tasks(tmp_path_factory) -> tuple[str, str]:
 
 
 @pytest.mark.parametrize("name", ["mobilenet_v3_small", "resnet50"])
-def test_a_pretrained_backbone_beats_random_weights_on_a_second_task(
+def test_a_pretrained_backbone_starts_the_run_and_beats_random_weights_on_a_second_task(
         tasks, tmp_path, name, restore_dtype_policy):
     task_a, examples_b = tasks
     backbone = _pretrained_backbone(name, task_a, str(tmp_path / f"{name}.weights.h5"))
-    pretrained = _train_b(examples_b, str(tmp_path / "pretrained"), name, backbone)
-    scratch = _train_b(examples_b, str(tmp_path / "scratch"), name, "none")
+    recorder = WeightsPerEpoch()
+    fitted = _train_b(examples_b, str(tmp_path / "pretrained"), name, backbone, recorder)
+    _assert_started_from_the_file_head_first_then_top_blocks(name, backbone, fitted, recorder)
+    pretrained = fitted.history["val_accuracy"][-1]
+    scratch = _train_b(examples_b, str(tmp_path / "scratch"), name, "none"
+                       ).history["val_accuracy"][-1]
     print(f"{name}: pretrained {pretrained:.3f}, random weights {scratch:.3f}")
     assert pretrained > scratch, (pretrained, scratch)
     assert pretrained >= 0.4  # 4 classes: well above chance (0.25)
