@@ -17,22 +17,11 @@ import models
 from components.trainer.warm_start import weights_checksum
 from pipelines.config import ConfigError, load_config
 from tests.trainer_testdata import fit_fields, fn_args_dict, write_digits_examples
+from tests.weights_per_epoch import WeightsPerEpoch, same
 
 NUM_IMAGES = 80  # 64 train = 2 steps of 32
 BACKBONE = ("conv1", "conv2")
 HEAD = ("dense", "logits")
-
-
-class WeightsPerEpoch(keras.callbacks.Callback):
-    def __init__(self) -> None:
-        super().__init__()
-        self.epochs: list[dict[str, list[np.ndarray]]] = []
-        self.optimizers: list[keras.optimizers.Optimizer] = []
-
-    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
-        self.epochs.append({layer.name: [np.array(w) for w in layer.get_weights()]
-                            for layer in self.model.layers if layer.weights})
-        self.optimizers.append(self.model.optimizer)
 
 
 @pytest.fixture(scope="module")
@@ -63,10 +52,6 @@ def _fit(examples_uri: str, out: str, weights: str, **trainer: object):
     return fit_fields(fields, extra_callbacks=[recorder]), recorder
 
 
-def _same(a: list[np.ndarray], b: list[np.ndarray]) -> bool:
-    return all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
-
-
 @pytest.mark.parametrize("precision, strategy", [("float32", "one_device"),
                                                  ("mixed_float16", "mirrored")])
 def test_training_starts_from_the_file_and_unfreezes_the_backbone_after_the_frozen_epochs(
@@ -82,12 +67,12 @@ def test_training_starts_from_the_file_and_unfreezes_the_backbone_after_the_froz
     first, second = recorder.epochs
     # Epoch 1, frozen: the backbone is exactly the file's, the head trained.
     for name in BACKBONE:
-        assert _same(first[name], start[name]), name
+        assert same(first[name], start[name]), name
     for name in HEAD:
-        assert not _same(first[name], start[name]), name
+        assert not same(first[name], start[name]), name
     # Epoch 2, unfrozen: the backbone trains too, at learning_rate x 0.1.
     for name in BACKBONE + HEAD:
-        assert not _same(second[name], first[name]), name
+        assert not same(second[name], first[name]), name
     assert fitted.history["learning_rate"] == pytest.approx([0.01, 0.001])
     assert all(np.isfinite(fitted.history["loss"]))
     if precision == "mixed_float16":  # the recompile kept loss scaling
@@ -137,8 +122,8 @@ def test_frozen_for_every_epoch_keeps_the_backbone_and_its_batchnorm_statistics(
     start.load_weights(path)
     after = recorder.epochs[0]
     for name in ("conv1_conv", "conv1_bn"):
-        assert _same(after[name], start.get_layer(name).get_weights()), name
-    assert not _same(after["logits"], start.get_layer("logits").get_weights())
+        assert same(after[name], start.get_layer(name).get_weights()), name
+    assert not same(after["logits"], start.get_layer("logits").get_weights())
 
 
 def test_unfreezing_the_last_block_of_resnet50_leaves_the_rest_and_batchnorm_frozen():

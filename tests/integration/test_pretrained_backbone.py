@@ -36,6 +36,7 @@ from components.trainer.pretrained import load_start_weights
 from components.trainer.warm_start import arrays_checksum
 from models.registry import model_backbone
 from tests.trainer_testdata import fit_fields, fn_args_dict
+from tests.weights_per_epoch import WeightsPerEpoch, same
 
 SIDE = 32
 EPOCHS_B = 5
@@ -70,20 +71,6 @@ def _pretrained_backbone(name: str, task_a: str, path: str) -> str:
     return path
 
 
-class WeightsPerEpoch(keras.callbacks.Callback):
-    def __init__(self) -> None:
-        super().__init__()
-        self.epochs: list[dict[str, list[np.ndarray]]] = []
-
-    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
-        self.epochs.append({layer.name: [np.array(w) for w in layer.get_weights()]
-                            for layer in self.model.layers if layer.weights})
-
-
-def _same(a: list[np.ndarray], b: list[np.ndarray]) -> bool:
-    return all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
-
-
 def _train_b(examples_uri: str, out: str, name: str, weights: str,
              recorder: WeightsPerEpoch | None = None):
     fields = fn_args_dict(examples_uri, out, model=name, input_size=(SIDE, SIDE),
@@ -107,13 +94,13 @@ def _assert_started_from_the_file_head_first_then_top_blocks(
     load_start_weights(start, path, name, {}, (SIDE, SIDE, 3), 4)
     first, last = recorder.epochs[0], recorder.epochs[-1]
     for layer in (top_block, lower_layer):
-        assert _same(first[layer], start.get_layer(layer).get_weights()), layer  # frozen
-    assert not _same(first["logits"], start.get_layer("logits").get_weights())  # head trained
-    assert not _same(last[top_block], first[top_block])        # the top block unfroze
-    assert _same(last[lower_layer], first[lower_layer])        # the lower blocks did not
+        assert same(first[layer], start.get_layer(layer).get_weights()), layer  # frozen
+    assert not same(first["logits"], start.get_layer("logits").get_weights())  # head trained
+    assert not same(last[top_block], first[top_block])        # the top block unfroze
+    assert same(last[lower_layer], first[lower_layer])        # the lower blocks did not
     batchnorm = next(layer for layer in start.layers
                      if isinstance(layer, keras.layers.BatchNormalization))
-    assert _same(last[batchnorm.name], start.get_layer(batchnorm.name).get_weights())
+    assert same(last[batchnorm.name], start.get_layer(batchnorm.name).get_weights())
 
 
 @pytest.fixture(scope="module")
