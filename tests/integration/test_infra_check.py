@@ -38,6 +38,7 @@ def candidates(tmp_path_factory):
     """A seed CNN and the blank-failing model, exported as the Trainer exports, and Examples."""
     from components.trainer.export import export_serving_model
     from models import build_model
+    from models.registry import unregister_model
     from models.user_module import register_user_model, stage_module_file
 
     root = tmp_path_factory.mktemp("candidates")
@@ -47,9 +48,10 @@ def candidates(tmp_path_factory):
     name = register_user_model(staged.path, "build_model", "classification", staged.sha256)
     bad = export_serving_model(build_model(name, (8, 8, 1), 10), name, {}, [8, 8], 1, LABELS,
                                str(root / "bad"))
-    return {"good": good, "bad": bad, "examples": write_digits_examples(str(root), 40),
-            "jpeg_examples": write_digits_examples(str(root), 40, encoding="jpeg"),
-            "swapped": _swapped_classes_model(root / "swapped"), "root": root}
+    yield {"good": good, "bad": bad, "examples": write_digits_examples(str(root), 40),
+           "jpeg_examples": write_digits_examples(str(root), 40, encoding="jpeg"),
+           "swapped": _swapped_classes_model(root / "swapped"), "root": root}
+    unregister_model(name)  # the registry is this process's: the next test file's too
 
 
 def _swapped_classes_model(export_dir: Path) -> str:
