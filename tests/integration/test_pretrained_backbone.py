@@ -30,12 +30,11 @@ import os
 import keras
 import numpy as np
 import pytest
-import tensorflow as tf
 from scipy.stats import binomtest
 
 import models
 from benchmarks.measures.photo_quality import make_strip_photos
-from components.examples_format import COMPRESSION, EVAL_SPLIT, split_dir
+from components.examples_format import EVAL_SPLIT
 from components.ingest.ingest import ingest
 from components.trainer.pretrained import load_start_weights
 from components.trainer.warm_start import arrays_checksum
@@ -64,7 +63,7 @@ def _arrays(root: str) -> tuple[np.ndarray, np.ndarray]:
 def _pretrained_backbone(name: str, task_a: str, path: str) -> str:
     keras.utils.set_random_seed(11)
     images, labels = _arrays(task_a)
-    model = models.build_model(name, (SIDE, SIDE, 3), 4)
+    model = models.build_model(name, (SIDE, SIDE, 3), CLASSES)
     for layer in model.layers:
         if isinstance(layer, keras.layers.BatchNormalization):
             layer.momentum = 0.9
@@ -96,8 +95,8 @@ def _assert_started_from_the_file_head_first_then_top_blocks(
     # auto: pretrained, so EPOCHS_B // 3 = 1 frozen epoch, then the top quarter of the blocks.
     assert fitted.fine_tune["frozen_epochs"] == EPOCHS_B // 3 == 1
     assert "pretrained weights" in fitted.fine_tune["reason"]
-    start = models.build_model(name, (SIDE, SIDE, 3), 4)
-    load_start_weights(start, path, name, {}, (SIDE, SIDE, 3), 4)
+    start = models.build_model(name, (SIDE, SIDE, 3), CLASSES)
+    load_start_weights(start, path, name, {}, (SIDE, SIDE, 3), CLASSES)
     first, last = recorder.epochs[0], recorder.epochs[-1]
     for layer in (top_block, lower_layer):
         assert same(first[layer], start.get_layer(layer).get_weights()), layer  # frozen
@@ -110,25 +109,21 @@ def _assert_started_from_the_file_head_first_then_top_blocks(
 
 
 @pytest.fixture(scope="module")
-def tasks(tmp_path_factory) -> tuple[str, str]:
+def tasks(tmp_path_factory) -> tuple[str, str, int]:
+    """Task A's folder, task B's Examples, and how many of B's images the Ingest held out."""
     root = tmp_path_factory.mktemp("tasks")
     task_a = make_strip_photos(str(root / "a"), 80, seed=0, side=SIDE, photos=("china",))
     task_b = make_strip_photos(str(root / "b"), 120, seed=1, side=SIDE, photos=("flower",))
     examples = str(root / "b-examples")
-    ingest(task_b["root"], examples, str(root / "b-quarantine.json"),
-           splits={"train": 0.5, "eval": 0.5})
-    return task_a["root"], examples
-
-
-def _eval_images(examples_uri: str) -> int:
-    files = tf.io.gfile.glob(f"{split_dir(examples_uri, EVAL_SPLIT)}/*")
-    return sum(1 for _ in tf.data.TFRecordDataset(files, compression_type=COMPRESSION))
+    ingested = ingest(task_b["root"], examples, str(root / "b-quarantine.json"),
+                      splits={"train": 0.5, "eval": 0.5})
+    return task_a["root"], examples, ingested.split_counts[EVAL_SPLIT]
 
 
 @pytest.mark.parametrize("name", ["mobilenet_v3_small", "resnet50"])
 def test_a_pretrained_backbone_starts_the_run_and_beats_random_weights_on_a_second_task(
         tasks, tmp_path, name, restore_dtype_policy):
-    task_a, examples_b = tasks
+    task_a, examples_b, held_out = tasks
     backbone = _pretrained_backbone(name, task_a, str(tmp_path / f"{name}.weights.h5"))
     recorder = WeightsPerEpoch()
     fitted = _train_b(examples_b, str(tmp_path / "pretrained"), name, backbone, recorder)
@@ -136,7 +131,6 @@ def test_a_pretrained_backbone_starts_the_run_and_beats_random_weights_on_a_seco
     pretrained = fitted.history["val_accuracy"][-1]
     scratch = _train_b(examples_b, str(tmp_path / "scratch"), name, "none"
                        ).history["val_accuracy"][-1]
-    held_out = _eval_images(examples_b)
     print(f"{name}: pretrained {pretrained:.3f}, random weights {scratch:.3f} "
           f"on {held_out} images")
     assert pretrained > scratch, (pretrained, scratch)
