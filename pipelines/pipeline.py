@@ -12,8 +12,20 @@ from __future__ import annotations
 import json
 
 import tensorflow_model_analysis as tfma
-from tfx import v1 as tfx
+
+# The modules behind tfx.v1's names: `from tfx import v1` also imports tfx.v1.extensions
+# (Google Cloud AI Platform's client, ~3 s), in every run and every node's process.
+from tfx.components import Evaluator, ExampleValidator, SchemaGen, StatisticsGen, Trainer
+from tfx.components.schema_gen.import_schema_gen.component import ImportSchemaGen
 from tfx.dsl.components.base.base_node import BaseNode
+from tfx.dsl.components.common.resolver import Resolver
+from tfx.dsl.input_resolution.strategies.latest_blessed_model_strategy import (
+    LatestBlessedModelStrategy,
+)
+from tfx.orchestration.metadata import sqlite_metadata_connection_config
+from tfx.orchestration.pipeline import Pipeline
+from tfx.types.channel import Channel
+from tfx.types.standard_artifacts import Model, ModelBlessing
 
 from components.examples_format import EVAL_SPLIT, LABEL_KEY, MASK_KEY
 from components.infra.component import InfraValidator
@@ -158,7 +170,7 @@ def _trainer_custom_config(config: Config, workspace: Workspace) -> dict:
 
 def create_pipeline(
     config: Config, workspace: Workspace, data: DataSelection, schema_file: str = ""
-) -> tfx.dsl.Pipeline:
+) -> Pipeline:
     """Build the pipeline for `config`, ingesting `data` (`resolve_data`'s selection).
 
     With `schema_file` (or `data.schema_file`) the data is validated against that schema
@@ -169,13 +181,13 @@ def create_pipeline(
     statistics_gen, schema_gen, example_validator, data_gate = _data_checks(
         ingest, schema_file or config.data.schema_file)
 
-    model_resolver = tfx.dsl.Resolver(
-        strategy_class=tfx.dsl.experimental.LatestBlessedModelStrategy,
-        model=tfx.dsl.Channel(type=tfx.types.standard_artifacts.Model),
-        model_blessing=tfx.dsl.Channel(type=tfx.types.standard_artifacts.ModelBlessing),
+    model_resolver = Resolver(
+        strategy_class=LatestBlessedModelStrategy,
+        model=Channel(type=Model),
+        model_blessing=Channel(type=ModelBlessing),
     ).with_id("LatestBlessedModel")
 
-    trainer = tfx.components.Trainer(
+    trainer = Trainer(
         run_fn=TRAINER_RUN_FN,
         examples=ingest.outputs["examples"],
         schema=schema_gen.outputs["schema"],
@@ -185,7 +197,7 @@ def create_pipeline(
     )
     trainer.add_upstream_node(data_gate)
 
-    evaluator = tfx.components.Evaluator(
+    evaluator = Evaluator(
         examples=ingest.outputs["examples"],
         model=trainer.outputs["model"],
         baseline_model=model_resolver.outputs["model"],
@@ -197,12 +209,12 @@ def create_pipeline(
                   model_resolver, evaluator, *publishers]
     if config.model.resolved_task(data.kind) == SEGMENTATION:
         components = [c for c in components if c.id != "TFLite"]
-    return tfx.dsl.Pipeline(
+    return Pipeline(
         pipeline_name=config.pipeline.name,
         pipeline_root=str(workspace.pipeline_root(config.pipeline.name)),
         components=components,
         enable_cache=config.pipeline.enable_cache,
-        metadata_connection_config=tfx.orchestration.metadata.sqlite_metadata_connection_config(
+        metadata_connection_config=sqlite_metadata_connection_config(
             str(workspace.metadata_path)
         ),
         beam_pipeline_args=config.pipeline.beam_pipeline_args or LOCAL_BEAM_ARGS,
@@ -234,18 +246,18 @@ def _ingest(config: Config, data: DataSelection) -> ImageExampleGen:
 
 
 def _data_checks(ingest: ImageExampleGen, schema_file: str) -> tuple[
-        tfx.components.StatisticsGen, BaseNode, tfx.components.ExampleValidator,
+        StatisticsGen, BaseNode, ExampleValidator,
         DataValidationGate]:
     """Statistics, the schema (imported from `schema_file`, else inferred), the anomalies
     against it, and the gate that stops the run on them."""
-    statistics_gen = tfx.components.StatisticsGen(examples=ingest.outputs["examples"])
+    statistics_gen = StatisticsGen(examples=ingest.outputs["examples"])
     if schema_file:
-        schema_gen = tfx.components.ImportSchemaGen(schema_file=schema_file)
+        schema_gen = ImportSchemaGen(schema_file=schema_file)
     else:
-        schema_gen = tfx.components.SchemaGen(
+        schema_gen = SchemaGen(
             statistics=statistics_gen.outputs["statistics"], infer_feature_shape=True
         )
-    example_validator = tfx.components.ExampleValidator(
+    example_validator = ExampleValidator(
         statistics=statistics_gen.outputs["statistics"], schema=schema_gen.outputs["schema"]
     )
     data_gate = DataValidationGate(anomalies=example_validator.outputs["anomalies"])
@@ -253,7 +265,7 @@ def _data_checks(ingest: ImageExampleGen, schema_file: str) -> tuple[
 
 
 def _publishers(config: Config, workspace: Workspace, ingest: ImageExampleGen,
-                trainer: tfx.components.Trainer, evaluator: tfx.components.Evaluator
+                trainer: Trainer, evaluator: Evaluator
                 ) -> list[BaseNode]:
     """What follows a blessing: the TF Serving load check, the push, the TF Lite export."""
     # The blessed candidate loaded and queried as TF Serving will serve it (components/infra/).
