@@ -1,4 +1,5 @@
-"""Exports the trained model as a SavedModel with three serving signatures.
+"""Exports the trained model as a SavedModel with its serving signatures (four for a
+classifier, three for a segmentation model).
 
 `export.serving_precision: float32` (the default): the model is rebuilt under the float32
 policy and the trained weights are copied in before saving with Keras' ExportArchive
