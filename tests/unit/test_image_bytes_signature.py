@@ -131,8 +131,8 @@ def test_tf_lite_converts_predict_normalized_of_a_model_with_the_bytes_signature
 
 def test_the_model_graph_is_saved_once_for_all_four_signatures(exported):
     """Each signature calls one traced forward pass: every convolution of the model is in
-    saved_model.pb once (four copies made the file 1.5x larger for ResNet-50 and its
-    export twice as slow)."""
+    saved_model.pb once (four copies made ResNet-50's file 1.5x larger and its export
+    1.4-1.9x as slow)."""
     from tensorflow.core.protobuf import saved_model_pb2
 
     _, export_dir, _ = exported
