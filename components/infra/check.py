@@ -21,12 +21,12 @@ is one line naming the cause.
 from __future__ import annotations
 
 import dataclasses
-import os
 import time
 from typing import Any, Protocol
 
 import numpy as np
 
+from components.core.saved_model import serving_signatures
 from components.examples_format import COMPRESSION, EVAL_SPLIT, IMAGE_KEY, split_pattern
 from components.infra.model_process import ModelServerError, ServerTimeout
 from components.serving.rest_json import COLUMNS_ANSWER_KEY, ROWS_ANSWER_KEY, b64, rest_value
@@ -39,8 +39,6 @@ SAME_ANSWER_TOLERANCE = 1e-5
 # The harness (a Python process importing TensorFlow, or the sidecar's start) is not the
 # candidate: it gets its own generous bound, apart from infra.max_load_seconds.
 START_TIMEOUT_SECONDS = 600.0
-_SAVED_MODEL_FILE = "saved_model.pb"
-_SERVING_TAG = "serve"
 
 
 class ModelServer(Protocol):
@@ -104,20 +102,6 @@ class Request:
 def rest_inputs(inputs: dict[str, np.ndarray]) -> dict[str, Any]:
     """Named arrays as TF Serving's REST "inputs": nested lists, bytes as {"b64": ...}."""
     return {name: rest_value(np.asarray(array)) for name, array in inputs.items()}
-
-
-def serving_signatures(model_dir: str) -> dict[str, Any]:
-    """The SignatureDefs of the serving tag, read from saved_model.pb without loading it."""
-    from tensorflow.core.protobuf import saved_model_pb2
-
-    saved_model = saved_model_pb2.SavedModel()
-    with open(os.path.join(model_dir, _SAVED_MODEL_FILE), "rb") as handle:
-        saved_model.ParseFromString(handle.read())
-    for meta_graph in saved_model.meta_graphs:
-        if _SERVING_TAG in meta_graph.meta_info_def.tags:
-            return {name: signature for name, signature in meta_graph.signature_def.items()
-                    if not name.startswith("__")}
-    return {}
 
 
 def _zeros_request(name: str, signature: Any) -> Request | None:

@@ -32,6 +32,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from components.core.saved_model import serving_signatures
 from components.core.text import one_line
 from components.monitor.request_log import RequestLogWriter, predict_log_from_rest
 
@@ -42,15 +43,6 @@ _PREDICT_PATH = re.compile(
 _HOP_BY_HOP = {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "te",
                "trailer", "upgrade", "host", "content-length"}
 WARNING_INTERVAL_SECONDS = 60.0
-
-
-def read_signatures(version_dir: str | Path) -> dict[str, Any]:
-    """Signature name -> SignatureDef of the SavedModel in `version_dir` (its .pb only)."""
-    from tensorflow.core.protobuf import saved_model_pb2
-
-    saved_model = saved_model_pb2.SavedModel.FromString(
-        (Path(version_dir) / "saved_model.pb").read_bytes())
-    return dict(saved_model.meta_graphs[0].signature_def)
 
 
 class _Upstream:
@@ -119,7 +111,7 @@ class RequestLogger:
     def signatures(self, model_name: str, version: int) -> dict[str, Any]:
         key = (model_name, version)
         if key not in self._signatures:
-            self._signatures[key] = read_signatures(self.serving_dir / model_name / str(version))
+            self._signatures[key] = serving_signatures(self.serving_dir / model_name / str(version))
         return self._signatures[key]
 
     def log(self, path: str, request_body: bytes, response_body: bytes) -> None:

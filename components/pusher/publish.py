@@ -28,13 +28,13 @@ from components.core.publish import (
     prune_versions,
     remove_stale_staging,
 )
+from components.core.saved_model import SAVED_MODEL_FILE
 from components.faults import fault_point
 
 # `<base>/.reserved-<version>`: taken with an exclusive mkdir before a version is staged, so
 # two pushers never pick the same number. Hidden, so TF Serving never sees it.
 _RESERVED_PREFIX = ".reserved-"
 _RESERVE_ATTEMPTS = 100
-_SAVED_MODEL_FILE = "saved_model.pb"
 
 CopyFile = Callable[[str, str], None]
 
@@ -61,7 +61,7 @@ def _copy_tree(source: str, destination: str, copy_file: CopyFile) -> None:
         tf.io.gfile.makedirs(target)
         for name in files:
             pair = (posixpath.join(folder, name), posixpath.join(target, name))
-            if relative == "." and name == _SAVED_MODEL_FILE:
+            if relative == "." and name == SAVED_MODEL_FILE:
                 deferred.append(pair)
             else:
                 copy_file(*pair)
@@ -148,7 +148,7 @@ def _remove_half_versions(base_dir: str) -> list[int]:
     for version in existing_versions(base_dir):
         folder = posixpath.join(base_dir, str(version))
         if version not in reserved and not tf.io.gfile.exists(
-                posixpath.join(folder, _SAVED_MODEL_FILE)):
+                posixpath.join(folder, SAVED_MODEL_FILE)):
             tf.io.gfile.rmtree(folder)
             removed.append(version)
     return removed
@@ -163,7 +163,7 @@ def _fingerprint(model_dir: str) -> dict[str, object]:
             path = posixpath.join(folder, name)
             relative = posixpath.relpath(path, model_dir)
             prints[relative] = tf.io.gfile.stat(path).length
-            if relative in (_SAVED_MODEL_FILE, "variables/variables.index"):
+            if relative in (SAVED_MODEL_FILE, "variables/variables.index"):
                 with tf.io.gfile.GFile(path, "rb") as handle:
                     prints[relative + "#bytes"] = handle.read()
     return prints
@@ -183,8 +183,8 @@ def publish_version(
     On any failure the staging copy is removed, no new version is visible, and PublishError
     names the destination.
     """
-    if not tf.io.gfile.exists(posixpath.join(source_dir, _SAVED_MODEL_FILE)):
-        raise PublishError(f"no {_SAVED_MODEL_FILE} in {source_dir}: not a SavedModel")
+    if not tf.io.gfile.exists(posixpath.join(source_dir, SAVED_MODEL_FILE)):
+        raise PublishError(f"no {SAVED_MODEL_FILE} in {source_dir}: not a SavedModel")
     tf.io.gfile.makedirs(base_dir)
     remove_stale_staging(base_dir)
     _remove_stale_reservations(base_dir)

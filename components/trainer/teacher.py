@@ -35,6 +35,7 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
+from components.core.saved_model import SAVED_MODEL_FILE
 from components.trainer.warm_start import KERAS_DIR, WEIGHTS_FILE, load_weights_file
 
 KEY = "trainer.distill.teacher"
@@ -43,7 +44,6 @@ SAVED_MODEL_DESCRIPTION = os.path.join("assets.extra", "mptfx_model.json")
 # What every classifier's SavedModel carries (components/monitor/reference.py).
 _MONITOR_REFERENCE = os.path.join("assets.extra", "mptfx_monitor", "reference.json")
 _SIGNATURE = "predict_normalized"
-_SAVED_MODEL_FILE = "saved_model.pb"
 _LATENCY_RUNS = 50
 
 
@@ -131,12 +131,12 @@ def read_teacher(path: str) -> TeacherSource:
         raise TeacherError(f"{KEY}: no such file or folder {path}")
     if not tf.io.gfile.isdir(path):
         return _weights_teacher(path)
-    if not tf.io.gfile.exists(os.path.join(path, _SAVED_MODEL_FILE)) and \
-            tf.io.gfile.exists(os.path.join(path, "Format-Serving", _SAVED_MODEL_FILE)):
+    if not tf.io.gfile.exists(os.path.join(path, SAVED_MODEL_FILE)) and \
+            tf.io.gfile.exists(os.path.join(path, "Format-Serving", SAVED_MODEL_FILE)):
         path = os.path.join(path, "Format-Serving")  # a Trainer's Model artifact
-    if not tf.io.gfile.exists(os.path.join(path, _SAVED_MODEL_FILE)):
+    if not tf.io.gfile.exists(os.path.join(path, SAVED_MODEL_FILE)):
         raise TeacherError(f"{KEY}: {path} is neither a SavedModel folder (no "
-                           f"{_SAVED_MODEL_FILE}) nor a Keras weights file (*.weights.h5)")
+                           f"{SAVED_MODEL_FILE}) nor a Keras weights file (*.weights.h5)")
     description = _read_json(os.path.join(path, SAVED_MODEL_DESCRIPTION))
     weights = description.get("keras_weights")
     labels = description.get("label_names") or _read_json(
@@ -161,7 +161,7 @@ def _weights_teacher(path: str) -> TeacherSource:
                            f"the weights belong to (mptfx writes one beside every {KERAS_DIR}/"
                            f"{WEIGHTS_FILE})")
     serving = os.path.join(os.path.dirname(os.path.dirname(path)), "Format-Serving")
-    saved = serving if tf.io.gfile.exists(os.path.join(serving, _SAVED_MODEL_FILE)) else None
+    saved = serving if tf.io.gfile.exists(os.path.join(serving, SAVED_MODEL_FILE)) else None
     return TeacherSource(path, description, path, saved, list(description["label_names"]))
 
 
