@@ -17,7 +17,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from tfx import v1 as tfx
+from tfx.components.trainer.fn_args_utils import FnArgs
 
 import models
 from components import pod_env
@@ -84,11 +84,11 @@ def _write_digits_examples(root: str, count: int) -> str:
     return write_digits_examples(root, count)
 
 
-def _fn_args(examples_uri: str, out: str, **trainer: object) -> tfx.components.FnArgs:
+def _fn_args(examples_uri: str, out: str, **trainer: object) -> FnArgs:
     input_size = trainer.pop("input_size", [16, 16])
     model = trainer.pop("model", "seed_cnn")
     params = trainer.pop("params", {})
-    return tfx.components.FnArgs(
+    return FnArgs(
         train_files=[os.path.join(split_dir(examples_uri, TRAIN_SPLIT), "*")],
         eval_files=[os.path.join(split_dir(examples_uri, EVAL_SPLIT), "*")],
         serving_model_dir=os.path.join(out, "Format-Serving"),
@@ -123,7 +123,7 @@ def examples_uri(tmp_path_factory) -> str:
 
 
 @pytest.fixture(scope="module")
-def trained(examples_uri, tmp_path_factory) -> tfx.components.FnArgs:
+def trained(examples_uri, tmp_path_factory) -> FnArgs:
     """run_fn with the defaults (auto precision/strategy/xla), 2 epochs."""
     fn_args = _fn_args(examples_uri, str(tmp_path_factory.mktemp("trained")))
     module.run_fn(fn_args)
@@ -292,7 +292,7 @@ def test_data_larger_than_the_cache_limit_is_not_cached(examples_uri, tmp_path):
 # --- run_fn and the exported model ----------------------------------------------------
 
 
-def _summary(fn_args: tfx.components.FnArgs) -> dict:
+def _summary(fn_args: FnArgs) -> dict:
     with open(os.path.join(fn_args.model_run_dir, module.SUMMARY_FILE)) as f:
         return json.load(f)
 

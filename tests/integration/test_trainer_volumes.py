@@ -8,7 +8,7 @@ import os
 
 import pytest
 import tensorflow as tf
-from tfx import v1 as tfx
+from tfx.components.trainer.fn_args_utils import FnArgs
 
 from components.examples_format import COMPRESSION, EVAL_SPLIT, TRAIN_SPLIT, split_dir
 from components.trainer import data as data_lib
@@ -16,7 +16,7 @@ from components.trainer import module
 
 
 def _fn_args(examples_uri: str, out: str, input_size: list[int], **trainer: object):
-    return tfx.components.FnArgs(
+    return FnArgs(
         train_files=[os.path.join(split_dir(examples_uri, TRAIN_SPLIT), "*")],
         eval_files=[os.path.join(split_dir(examples_uri, EVAL_SPLIT), "*")],
         serving_model_dir=os.path.join(out, "Format-Serving"),
