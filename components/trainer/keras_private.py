@@ -15,9 +15,11 @@ had no public equivalent in the pinned Keras (requirements.lock):
   averaged with `strategy.reduce`, which MultiWorkerMirroredStrategy cannot do for an
   (x, y) tuple ("Attempt to convert a value (PerReplica...)", keras-team/keras#20585);
   `fit` calls that hook unconditionally, so only overriding it avoids the reduce.
-  `_symbolic_build` is also what `build_compiled_state` calls: `trainer.fine_tune`
-  recompiles during `fit`, and the new compile's variables must be made in the
-  strategy's scope, not inside the traced step; Keras has no public call for that.
+  `_symbolic_build` is also what `build_compiled_state` calls: a compile's variables (the
+  optimizer's slots, the metrics') must be made in the strategy's scope, not inside the
+  traced step, both for the first compile (without a strategy Keras makes them in the
+  first trace, and a tf.function that creates variables is traced twice) and for the
+  recompile `trainer.fine_tune` makes during `fit`; Keras has no public call for that.
 
 Importing this module checks the installed Keras against the versions these names were
 checked with (`TESTED_KERAS`) and raises one line naming the installed version otherwise.
@@ -89,10 +91,10 @@ class LocalBatchSymbolicBuild:
             self._symbolic_build(data_batch=data_batch)
 
     def build_compiled_state(self, element_spec: object) -> None:
-        """Creates the variables of a `compile` made during `fit` (trainer.fine_tune
-        recompiles after unfreezing): its metrics', loss's and optimizer's, here in the
-        caller's strategy scope, not inside the traced step. `element_spec`: the training
-        dataset's (shapes only)."""
+        """Creates the variables of a `compile` (the first one, and the recompile
+        trainer.fine_tune makes during `fit` after unfreezing): its metrics', loss's and
+        optimizer's, here in the caller's strategy scope, not inside the traced step.
+        `element_spec`: the training dataset's (shapes only)."""
         import keras
         import tensorflow as tf
 
