@@ -68,6 +68,8 @@ def _pretrained_backbone(name: str, task_a: str, path: str) -> str:
         if isinstance(layer, keras.layers.BatchNormalization):
             layer.momentum = 0.9
     model.compile(keras.optimizers.Adam(1e-3), "sparse_categorical_crossentropy")
+    # Its slots made now, not while the first step traces (which traces it twice).
+    model.optimizer.build(model.trainable_variables)
     model.fit(images, labels, batch_size=32, epochs=8, shuffle=True, verbose=0)
     backbone = model_backbone(name)((SIDE, SIDE), None)
     for variable, value in zip(backbone.weights, model.get_weights(), strict=False):
