@@ -45,11 +45,15 @@ def write_digits_examples(root: str, count: int, shard_mb: float | None = None,
 
 def write_photo_examples(root: str, count: int, size: int = 224) -> str:
     """Writes `count` JPEG photos of size x size px (quality 90), crops of scikit-learn's
-    two real photographs, labelled by the photograph they come from; returns the uri."""
+    two real photographs (427 x 640 px; enlarged by a whole factor first when `size` does
+    not fit), labelled by the photograph they come from; returns the uri."""
     import tensorflow as tf
     from sklearn.datasets import load_sample_images
 
     photos = load_sample_images().images
+    factor = -(-(size + 1) // min(photo.shape[0] for photo in photos))  # ceiling
+    if factor > 1:
+        photos = [np.repeat(np.repeat(photo, factor, axis=0), factor, axis=1) for photo in photos]
     rng = np.random.default_rng(0)
     encoded = []
     for i in range(count):
