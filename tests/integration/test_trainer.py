@@ -44,7 +44,12 @@ from components.trainer.precision import (
     resolve_xla,
 )
 from models.registry import unregister_model
-from tests.trainer_testdata import EVAL_FRACTION, write_digits_examples
+from tests.trainer_testdata import (
+    EVAL_FRACTION,
+    fit_fields,
+    fn_args_dict,
+    write_digits_examples,
+)
 
 NUM_IMAGES = 300
 LABEL_NAMES = [str(d) for d in range(10)]
@@ -559,15 +564,12 @@ def test_an_unsafe_model_fails_before_training(examples_uri, tmp_path):
     assert not os.path.exists(os.path.join(fn_args.model_run_dir, "logs"))  # no step ran
 
 
-
-
 def test_the_train_step_is_traced_once(examples_uri, tmp_path, monkeypatch):
     """The compile's variables (the optimizer's slots, the metrics') exist before the first
     step (components/trainer/fit.py): a tf.function that creates variables while it traces
     is traced twice, which cost ResNet-50 about 10 s of a one-epoch Trainer. The train
     step's Python body runs once per trace."""
     from components.trainer.training_model import TrainingModel
-    from tests.trainer_testdata import fit_fields, fn_args_dict
 
     traced = []
     train_step = TrainingModel.train_step
