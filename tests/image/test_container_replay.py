@@ -1,7 +1,9 @@
 """The end-to-end replay, in the image: each Job the Kubernetes runner creates runs its
 container spec (image, command, args, env with the Secret's value, volume mounts, runAsUser)
 inside the built image, in the order the runner schedules them, against the real PostgreSQL;
-the result is compared with the local runner's run of the same config.
+the result is compared with the local runner's run of the same config, and the image's own
+files are as they were: every pod wrote only its volumes (this replay is the suite's whole
+run in the image; tests/image/test_image.py starts every command in it without a run).
 
 As in tests/e2e/test_k8s_replay.py, the only stand-in is the Kubernetes API
 (tests/k8s_double.py's `ProcessCluster`, subclassed here): a pod is `buildah run` of the
@@ -16,6 +18,7 @@ import os
 import secrets
 import shutil
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -100,9 +103,12 @@ def replay(image, container, postgres, tmp_path_factory):
         for path in [workspace, *workspace.rglob("*")]:
             os.chown(path, 10001, 10001)
 
+    marker = tmp / "before-the-pods"
+    marker.touch()
+    time.sleep(1.1)  # find -newer compares whole seconds on some filesystems
     report, _, out = submit(config, ir, run_id, cluster, tmp, before_run=hand_to_the_pods_user)
     yield {"config": config, "run_id": run_id, "report": report, "out": out,
-           "cluster": cluster, "workspace": workspace}
+           "cluster": cluster, "workspace": workspace, "marker": marker}
     shutil.rmtree(workspace)
 
 
@@ -133,3 +139,17 @@ def test_the_image_replay_matches_the_local_runs_artifacts_and_blessing(replay, 
     nodes = collect_outputs(connection(postgres), replay["config"].pipeline.name,
                             replay["run_id"])
     assert_same_outcome(replay, nodes, local_nodes, local)
+
+
+def test_the_pods_write_only_their_volumes(replay, container):
+    """What the pods changed in the image's files: nothing but the mount points of their
+    volumes (the workspace claim, each emptyDir) and the directories the runtime itself
+    touches at each start (/run: buildah's run-time files, as a kubelet's)."""
+    assert replay["report"].succeeded, replay["out"]
+    mounted = {path for job in replay["cluster"].jobs.values() for pod in job["pods"]
+               for path in pod["mounts"].values()}
+    assert {str(replay["workspace"]), "/tmp"} <= mounted
+    changed = container.changed_since(replay["marker"], ignore=tuple(mounted))
+    # A mount point's parent folders are made for it (/var for /var/tmp/...), and so is /run.
+    parents = {str(parent) for path in mounted for parent in Path(path).parents}
+    assert [path for path in changed if path not in parents | {"/run"}] == []

@@ -1,6 +1,8 @@
 """Inside the built image, as uid 10001 with the environment the manifests give each
-container: every command starts, the MLflow server answers, a whole run completes writing
-only its workspace and /tmp, and every module the code imports is installed."""
+container: every command starts, the MLflow server answers, and every module the code imports
+is installed. The suite's whole run in the image is the container replay
+(tests/image/test_container_replay.py): all eleven components, each in its own pod's
+container, writing only their volumes."""
 
 from __future__ import annotations
 
@@ -10,22 +12,16 @@ import json
 import sys
 import time
 import urllib.request
-from pathlib import Path
 
-import pytest
 import yaml
 from containers import REPO, Container, buildah, container_env, empty_dir, pod_volume
 
-from components.run_summary import RunSummary
 from tests.ports import free_port
 
 FIRST_PARTY = {"pipelines", "components", "models", "benchmarks"}
 SECRETS = {("mptfx-postgres", "password"): "not-used-by-help"}
 # Where uid 10001 may write in the image: the pod's emptyDir and Debian's sticky scratch dirs.
 SCRATCH = ("/tmp", "/var/tmp", "/run/lock", "/dev")
-# Directories the runtime itself touches at each start: /mnt gets the workspace's mount point,
-# /run buildah's run-time files (a kubelet does the same in a pod).
-RUNTIME_DIRS = ("/mnt", "/run")
 
 
 def _driver_container() -> dict:
@@ -197,43 +193,6 @@ def test_the_image_files_are_not_writable_by_the_pod_user(container: Container):
     assert writable == []
     probe = container.run(["sh", "-c", "touch /opt/venv/x || touch /opt/mptfx/x || echo denied"])
     assert probe.stdout.strip() == "denied"
-
-
-@pytest.fixture(scope="module")
-def digits_run(container: Container, tmp_path_factory):
-    """`mptfx run` on the built-in digits, tiny, in the image as the pods run it: the
-    workspace and /tmp are host folders, everything else is the image."""
-    tmp = tmp_path_factory.mktemp("digits")
-    workspace, scratch = pod_volume(tmp / "workspace"), empty_dir(tmp / "tmp")
-    marker = tmp / "marker"
-    marker.touch()
-    time.sleep(1.1)  # find -newer compares whole seconds on some filesystems
-    env = container_env(_driver_container(), SECRETS)
-    result = container.run(
-        ["mptfx", "run", "--workspace", "/mnt/mptfx", "--json",
-         "--set", "data.builtin_per_class=20", "--set", "trainer.epochs=1",
-         "--set", "evaluator.min_accuracy=0.0", "--set", "tflite.variants=[fp32]"],
-        env=env, mounts={workspace: "/mnt/mptfx", scratch: "/tmp"}, timeout=1500)
-    return {"result": result, "workspace": workspace, "marker": marker}
-
-
-def test_mptfx_run_completes_in_the_image(digits_run):
-    result = digits_run["result"]
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    summary = RunSummary.parse(json.loads(result.stdout[result.stdout.index("{"):]),
-                               "the container's mptfx run --json")
-    assert summary.status == "completed"
-    assert summary.data.images == 200
-    assert summary.pushed.pushed is True
-    pushed = Path(summary.pushed.path.replace("/mnt/mptfx", str(digits_run["workspace"])))
-    assert (pushed / "saved_model.pb").exists()
-
-
-def test_mptfx_run_writes_only_the_workspace_and_tmp(digits_run, container: Container):
-    assert digits_run["result"].returncode == 0
-    assert any(digits_run["workspace"].iterdir())
-    changed = container.changed_since(digits_run["marker"], ignore=("/tmp", "/mnt/mptfx"))
-    assert [path for path in changed if path not in RUNTIME_DIRS] == []
 
 
 def test_xla_finds_libdevice_from_the_nvcc_wheel(container: Container, tmp_path):
