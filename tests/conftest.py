@@ -282,7 +282,6 @@ LONGEST_FIRST = (
     "e2e/test_photos_e2e.py",  # 152 s
     "integration/test_trainer_distribution.py",  # 150 s
     "e2e/test_monitor_e2e.py",  # 148 s
-    "e2e/test_retrain_e2e.py",  # 116 s, building the first span
     "e2e/test_bad_input.py",  # 104 s
     "e2e/test_user_volumes_e2e.py",  # 103 s
 )

@@ -1,19 +1,27 @@
-"""End to end: from served traffic back to training, on a copy of the suite's first-span
-workspace (tests/conftest.py; scheduled retraining starts from it too).
+"""End to end: from served traffic back to training, and scheduled retraining on spans, in
+one workspace: a copy of the suite's first-span folder (tests/conftest.py), where `mptfx
+retrain` on an empty workspace trained span-1 and pushed version 1 with its monitoring
+reference.
 
-Its run (span-1 of the digits, 40 images a class) pushed version 1 with its monitoring
-reference. TF Serving's binary cannot be installed here, so the TF Serving REST double
+TF Serving's binary cannot be installed here, so the TF Serving REST double
 (tests/tf_serving_double.py) serves that real SavedModel at TF Serving's REST boundary; the
 real request logger (the serving pod's sidecar) sits in front of it and writes the
 PredictionLogs, as in the cluster. Each scenario replays a few dozen images into a request
-log of its own and `mptfx monitor` (the CLI's `main`, in this process: a new process would
-spend a minute importing TensorFlow) judges it:
+log of its own and `mptfx monitor` (the CLI's `main`, in this process: a new process spends
+seconds importing TensorFlow) judges it:
 
 - the eval split's images: no drift, exit 0;
 - the same images darkened and resized: drift naming brightness and size, exit 4;
 - images of one class only: drift in the predicted-class distribution, exit 4;
-- `--retrain-on-drift` without a new span reports and does not retrain; with span-2 it
-  retrains, and summary.json and the MLflow run say `trigger: drift`.
+- `--retrain-on-drift` without a new span reports and does not retrain.
+
+Then the drops go on, as cron and the monitor meet them. span-2 arrives while traffic has
+drifted: `mptfx monitor --retrain-on-drift` trains it, warm-started from the champion, pushes
+it only if blessed, and summary.json and the MLflow run say `trigger: drift`; cron's `mptfx
+retrain`, firing while it holds the lock, says "already running". Again → "no new data",
+nothing runs (also after a kill -9 left the lock); span-3 with a class the schema has never
+seen → ExampleValidator stops it and nothing served changes. (One retraining of span-2 serves
+both the monitor's and the scheduler's checks: the suite trains each state once.)
 """
 
 from __future__ import annotations
@@ -21,7 +29,13 @@ from __future__ import annotations
 import base64
 import io
 import json
+import os
 import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -30,7 +44,7 @@ from PIL import Image
 
 from components.errors import EXIT_DRIFT, EXIT_OK
 from components.run_summary import RunSummary
-from tests.conftest import SPAN_PER_CLASS, SPAN_SETTINGS, CliResult, add_span
+from tests.conftest import RUN_DIR, SPAN_PER_CLASS, SPAN_SETTINGS, CliResult, add_span, set_args
 from tests.tf_serving_double import serve_models
 from tests.workspaces import relocated_copy
 
@@ -241,15 +255,66 @@ def test_drift_without_a_new_span_is_reported_and_not_retrained(capfd, deployed,
                   if p.name.isdigit()) == ["1"]
 
 
-def test_drift_with_a_new_span_retrains_and_says_trigger_drift(capfd, deployed, drifted_log):
-    from mlflow import MlflowClient
+def _mptfx_process(*args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "pipelines.cli", *args], cwd=RUN_DIR,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
+
+def _retrain_process(deployed: dict) -> subprocess.Popen:
+    """`mptfx retrain` as cron starts it."""
+    return _mptfx_process("retrain", "--workspace", str(deployed["workspace"]), "--data",
+                          str(deployed["data"]), "--json", *set_args(*SPAN_SETTINGS))
+
+
+def _finished(process: subprocess.Popen, timeout: float = 900) -> tuple[int, str, str]:
+    out, err = process.communicate(timeout=timeout)
+    return process.returncode, out, err
+
+
+def _wait_for_the_lock(deployed: dict, holder: subprocess.Popen) -> None:
+    """Until `holder` holds the workspace's retrain lock (its holder's line written)."""
+    lock = deployed["workspace"] / "retrain.lock"
+    deadline = time.monotonic() + 600
+    while not (lock.exists() and lock.read_text().strip()):
+        assert holder.poll() is None, _finished(holder)
+        assert time.monotonic() < deadline, "the retraining never took the lock"
+        time.sleep(0.05)
+
+
+def _executions(workspace: Path) -> int:
+    with sqlite3.connect(workspace / "metadata.db") as db:
+        return db.execute("SELECT COUNT(*) FROM Execution").fetchone()[0]
+
+
+def _served(workspace: Path) -> list[str]:
+    return sorted(p.name for p in (workspace / "serving" / "digits").iterdir()
+                  if p.name.isdigit())
+
+
+@pytest.fixture(scope="module")
+def span_2(deployed, drifted_log):
+    """span-2 arrives while traffic has drifted: `mptfx monitor --retrain-on-drift` starts
+    the retraining, and cron's `mptfx retrain` fires while that holds the lock. The runs
+    written meanwhile, and each command's (exit code, stdout, stderr)."""
     add_span(deployed["root"], 2, SPAN_PER_CLASS)
     before = _run_files(deployed)
-    result = monitor(capfd, deployed, drifted_log, "--set", "monitor.min_images=40",
-                     "--retrain-on-drift", "--data", str(deployed["data"]))
-    assert result.returncode == EXIT_DRIFT, result.stdout + result.stderr
-    [retrained] = _runs_since(deployed, before)
+    settings = [f"serving.request_log.dir={drifted_log}", *SPAN_SETTINGS, "monitor.min_images=40"]
+    drift = _mptfx_process("monitor", "--workspace", str(deployed["workspace"]),
+                           *set_args(*settings), "--retrain-on-drift",
+                           "--data", str(deployed["data"]))
+    _wait_for_the_lock(deployed, drift)
+    cron = _retrain_process(deployed)
+    scheduled = _finished(cron)
+    drifted = _finished(drift)
+    return {"runs": _runs_since(deployed, before), "drift": drifted, "scheduled": scheduled}
+
+
+def test_drift_with_a_new_span_retrains_and_says_trigger_drift(deployed, span_2):
+    from mlflow import MlflowClient
+
+    code, out, err = span_2["drift"]
+    assert code == EXIT_DRIFT, out + err
+    [retrained] = span_2["runs"]
     assert retrained.status == "completed", retrained.error
     assert retrained.spans == [2] and retrained.pushed.version == "2"
     trigger = retrained.trigger
@@ -263,3 +328,80 @@ def test_drift_with_a_new_span_retrains_and_says_trigger_drift(capfd, deployed, 
     # The new version carries its own reference, for tomorrow's judgement.
     assert (deployed["workspace"] / "serving" / "digits" / "2" / "assets.extra" /
             "mptfx_monitor" / "reference.json").exists()
+
+
+def test_the_first_retrain_trained_span_1_and_pushed_version_1(deployed):
+    first, workspace = deployed["summary"], deployed["workspace"]
+    assert first.status == "completed" and first.spans == [1]
+    assert first.data.span == 1
+    assert first.pushed.version == "1"
+    assert Path(first.pushed.path) == workspace / "serving" / "digits" / "1"
+    assert Path(first.pushed.path, "saved_model.pb").exists()
+
+
+def test_a_scheduled_retrain_while_another_trains_says_already_running(span_2):
+    """Two schedulers at once (here the monitor's drift and cron): one trains, the other
+    exits 0 naming the holder and runs nothing."""
+    code, out, err = span_2["scheduled"]
+    assert code == 0, err[-2000:]
+    assert "mptfx retrain: already running (" in err and "nothing to do" in err
+    assert "pid" in err and "since" in err
+    assert out.strip() == "" and len(span_2["runs"]) == 1
+
+
+def test_second_span_warm_starts_from_the_champion(deployed, span_2):
+    workspace, champion = deployed["workspace"], deployed["summary"]
+    [summary] = span_2["runs"]
+    assert summary.status == "completed" and summary.spans == [2]
+    assert summary.trainer.warm_started_from.startswith(champion.trainer.model_uri)
+    assert summary.trainer.initial_weights_checksum == \
+        champion.trainer.final_weights_checksum
+    # Published only when blessed against the champion.
+    assert summary.eval.baseline_accuracy is not None
+    expected = ["1", "2"] if summary.eval.blessed else ["1"]
+    assert _served(workspace) == expected
+
+
+@pytest.fixture(scope="module")
+def no_new_data(deployed, span_2):
+    """A run killed with -9 while holding the lock, then the next scheduled run."""
+    workspace = deployed["workspace"]
+    executions = _executions(workspace)
+    served = _served(workspace)
+    victim = _retrain_process(deployed)
+    _wait_for_the_lock(deployed, victim)
+    os.kill(victim.pid, signal.SIGKILL)
+    victim.wait()
+    code, out, err = _finished(_retrain_process(deployed), timeout=600)
+    return code, out, err, executions, served
+
+
+def test_nothing_new_exits_0_and_runs_no_component(deployed, no_new_data):
+    workspace = deployed["workspace"]
+    code, out, err, executions_before, served_before = no_new_data
+    assert code == 0, err[-2000:]
+    assert "took over the lock" in err
+    assert "no new data since span 2" in err
+    summary = RunSummary.parse(json.loads(out))
+    assert summary.status == "skipped" and summary.reason == "no new data since span 2"
+    assert summary.components == {}
+    assert _executions(workspace) == executions_before
+    assert _served(workspace) == served_before
+
+
+def test_span_with_an_unseen_class_stops_at_validation_and_changes_nothing(deployed,
+                                                                           no_new_data):
+    root, data, workspace = deployed["root"], deployed["data"], deployed["workspace"]
+    add_span(root, 3, 2 * SPAN_PER_CLASS, 30)
+    stranger = data / "span-3" / "x"
+    stranger.mkdir()
+    for image in sorted((data / "span-3" / "4").iterdir())[:10]:
+        shutil.copy(image, stranger / image.name)
+    served_before = _served(workspace)
+    code, out, err = _finished(_retrain_process(deployed))
+    assert code == 1, err[-2000:]
+    summary = RunSummary.parse(json.loads(out))
+    assert summary.failed_component == "DataValidationGate"
+    assert "label_name" in summary.error
+    assert "Trainer" not in summary.components
+    assert _served(workspace) == served_before
