@@ -1,7 +1,9 @@
 """What runs inside the pods, for real: the compiled pipeline replayed node by node, each node
 a separate `python -m pipelines.node_entrypoint` process against a real PostgreSQL server,
-in the order the Kubernetes runner schedules them; then a two-worker Trainer whose model is
-a user's file, staged into the pipeline root (the source deleted before the pods start).
+in the order the Kubernetes runner schedules them. The pipeline is the local run's (the
+replays' SMALL config, tests/conftest.py) as a user would deploy it: the model a user's file,
+staged into the pipeline root while compiling (the source deleted before the pods start),
+and the Trainer an Indexed Job of two workers. Its outcome is the local run's.
 
 The only stand-in is the Kubernetes API: `ProcessCluster` (tests/k8s_double.py) implements
 the calls the runner makes (BatchV1Api, CoreV1Api) and "runs" each Job by starting its
@@ -39,19 +41,40 @@ from tests.k8s_double import (
 
 pytestmark = pytest.mark.e2e
 
+# seed_cnn's architecture in a user's file: the local run trains the built-in seed_cnn, and the
+# replay's outcome is held to it.
+USER_MODEL = REPO / "tests" / "data" / "user_models" / "digits_cnn.py"
+
+
 @pytest.fixture(scope="module")
 def replay(postgres, tmp_path_factory):
+    """The replayed run. Its Trainer is the Indexed Job's two processes, TF_CONFIG from
+    JOB_COMPLETION_INDEX and the Service names; its model a user's file, which the driver
+    stages into the pipeline root while compiling; the source file is then deleted, so every
+    pod can only import the staged copy."""
     from pipelines.config import load_config
     from pipelines.k8s_commands import compile_for_kubernetes
 
     tmp = tmp_path_factory.mktemp("replay")
-    config = load_config(REPO / "configs/local.yaml", SMALL + k8s_overrides(postgres, tmp / "ws"))
+    source = tmp / "src" / USER_MODEL.name
+    source.parent.mkdir()
+    shutil.copy(USER_MODEL, source)
+    config = load_config(REPO / "configs/local.yaml", SMALL + k8s_overrides(
+        postgres, tmp / "ws") + ["kubernetes.trainer.workers=2", f"model.module_file={source}",
+                                   # what the local run's seed_cnn takes: 16x16 images (a
+                                   # user's file takes the digits' own 8x8), a global batch
+                                   # of 32 (16 a worker)
+                                   "model.input_size=[16,16]", "trainer.batch_size=16"])
     run_id = "replay-" + secrets.token_hex(2)
-    _, ir, _ = compile_for_kubernetes(config, run_id, None)
+    _, ir, _ = compile_for_kubernetes(config, run_id, None)  # stages the file
+    source.unlink()  # from here on only the staged copy in the pipeline root exists
     cluster = ProcessCluster({("mptfx-postgres", "password"): postgres["password"]}, tmp)
     report, location, out = submit(config, ir, run_id, cluster, tmp)
+    trainer = next(n.pipeline_node for n in ir.nodes if n.pipeline_node.node_info.id == "Trainer")
+    custom = json.loads(trainer.parameters.parameters["custom_config"].field_value.string_value)
     return {"config": config, "ir": ir, "run_id": run_id, "report": report, "ir_uri": location,
-            "out": out, "cluster": cluster, "tmp": tmp,
+            "out": out, "cluster": cluster, "tmp": tmp, "module": custom["model"],
+            "digest": hashlib.sha256(USER_MODEL.read_bytes()).hexdigest(),
             "workspace": Path(config.kubernetes.workspace)}
 
 
@@ -67,9 +90,10 @@ def test_replay_runs_every_node_as_its_own_process_in_the_runners_order(replay):
     assert report.succeeded, replay["out"]
     assert cluster.order[0] == "Ingest" and cluster.order[-1] == "TFLite"
     assert len(cluster.order) == 11 and len(set(cluster.order)) == 11
-    # Each node ran in a separate process whose log shows the entrypoint's own lines.
+    # Each node ran in a separate process whose log shows the entrypoint's own lines (the
+    # Trainer's chief, worker 0, in its own).
     for node in ("Ingest", "Trainer", "Evaluator"):
-        [pod] = cluster.jobs[report.nodes[node].job]["pods"]
+        pod = cluster.jobs[report.nodes[node].job]["pods"][0]
         log = cluster.read_namespaced_pod_log(pod["name"], "mptfx")
         assert f"mptfx node: {node}: starting (run {replay['run_id']}, metadata postgresql://" \
             in log
@@ -184,94 +208,64 @@ def test_rerunning_a_finished_node_does_nothing(replay, postgres):
     assert after["Trainer"]["state"] == "completed"
 
 
-EXAMPLE = REPO / "examples" / "my_model.py"
-
-
 @pytest.fixture(scope="module")
 def two_workers(replay, postgres):
-    """The Trainer alone, as the Indexed Job runs it with a user's model file: two processes,
-    TF_CONFIG from JOB_COMPLETION_INDEX and the Service names; its inputs are the replay run's
-    artifacts. The driver stages the file into the pipeline root while compiling; the source
-    file is then deleted, so both pods can only import the staged copy."""
-    from pipelines.config import load_config
-    from pipelines.k8s_commands import compile_for_kubernetes
-    from pipelines.kubernetes.ir import NodePlan
+    """The replay's Trainer: its Indexed Job's pods and logs, its ML Metadata record, the
+    model_run folder and the chief's training summary."""
     from pipelines.metadata_summary import collect_outputs
 
-    tmp = replay["tmp"] / "multi-worker"
-    tmp.mkdir()
-    source = tmp / "src" / "my_model.py"
-    source.parent.mkdir()
-    shutil.copy(EXAMPLE, source)
-    config = load_config(REPO / "configs/local.yaml", SMALL + k8s_overrides(
-        postgres, replay["tmp"] / "ws") + ["kubernetes.trainer.workers=2",
-                                          "pipeline.enable_cache=false",
-                                          "model.input_size=[8,8]",
-                                          f"model.module_file={source}"])
-    run_id = replay["run_id"] + "-mw"
-    _, ir, _ = compile_for_kubernetes(config, run_id, None)  # stages the file
-    source.unlink()  # from here on only the staged copy in the pipeline root exists
-    trainer = next(n.pipeline_node for n in ir.nodes if n.pipeline_node.node_info.id == "Trainer")
-    for spec in trainer.inputs.inputs.values():  # read the replay run's Examples and Schema
-        for channel in spec.channels:
-            for query in channel.context_queries:
-                if query.type.name == "pipeline_run":
-                    query.name.field_value.string_value = replay["run_id"]
-    cluster = ProcessCluster({("mptfx-postgres", "password"): postgres["password"]}, tmp)
-    report, _, out = submit(config, ir, run_id, cluster, tmp,
-                             plan=[NodePlan("Trainer", (), "gpu")])
+    cluster = replay["cluster"]
+    job = cluster.jobs[replay["report"].nodes["Trainer"].job]
     logs = {pod["name"]: cluster.read_namespaced_pod_log(pod["name"], "mptfx")
-            for job in cluster.jobs.values() for pod in job["pods"]}
-    assert report.succeeded, out + "\n".join(text[-3000:] for text in logs.values())
-    custom = json.loads(trainer.parameters.parameters["custom_config"].field_value.string_value)
-    nodes = collect_outputs(connection(postgres), config.pipeline.name, run_id)
+            for pod in job["pods"]}
+    nodes = collect_outputs(connection(postgres), replay["config"].pipeline.name,
+                            replay["run_id"])
     model_run = nodes["Trainer"]["outputs"]["model_run"][0].uri
-    return {"run_id": run_id, "cluster": cluster, "logs": logs, "nodes": nodes,
-            "model_run": model_run,
-            "training": json.loads(Path(model_run, "training_summary.json").read_text()),
-            "module": custom["model"], "digest": hashlib.sha256(EXAMPLE.read_bytes()).hexdigest()}
+    return {"job": job, "logs": logs, "nodes": nodes, "model_run": model_run,
+            "training": json.loads(Path(model_run, "training_summary.json").read_text())}
 
 
 def test_two_trainer_workers_train_together_and_only_the_chief_publishes(two_workers, replay,
                                                                         postgres):
     from ml_metadata.metadata_store import metadata_store
 
-    cluster, logs, run_id = two_workers["cluster"], two_workers["logs"], two_workers["run_id"]
-    [job] = cluster.jobs.values()
+    job, logs, run_id = two_workers["job"], two_workers["logs"], replay["run_id"]
     assert [pod["index"] for pod in job["pods"]] == [0, 1]
     assert all(pod["process"].returncode == 0 for pod in job["pods"])
-    assert len(cluster.services) == 1  # the headless Service of the Indexed Job
+    assert len(replay["cluster"].services) == 1  # the headless Service of the Indexed Job
     worker_log = logs[job["pods"][1]["name"]]
     assert "worker 1 of run" in worker_log and "joining the chief's execution" in worker_log
 
-    nodes = two_workers["nodes"]
-    assert list(nodes) == ["Trainer"] and nodes["Trainer"]["state"] == "completed"
+    trainer = two_workers["nodes"]["Trainer"]
+    assert trainer["state"] == "completed"
     store = metadata_store.MetadataStore(connection(postgres))
     context = store.get_context_by_type_and_name("pipeline_run", run_id)
-    assert len(store.get_executions_by_context(context.id)) == 1  # the chief's, alone
+    executions = store.get_executions_by_context(context.id)
+    [kind] = [e.type_id for e in executions if e.id == trainer["execution_id"]]
+    # The chief's execution alone: the worker joined it, it recorded none of its own.
+    assert [e.id for e in executions if e.type_id == kind] == [trainer["execution_id"]]
     # In the run's workspace, not a worker's scratch dir.
     assert two_workers["model_run"].startswith(str(replay["tmp"] / "ws"))
     summary = two_workers["training"]
     assert summary["strategy"] == "multi_worker" and summary["replicas"] == 2
-    model = nodes["Trainer"]["outputs"]["model"][0].uri
+    model = trainer["outputs"]["model"][0].uri
     assert list(Path(model).rglob("saved_model.pb"))
 
 
-def test_compiled_trainer_names_the_staged_copy_in_the_pipeline_root(two_workers, replay):
-    digest = two_workers["digest"]
+def test_compiled_trainer_names_the_staged_copy_in_the_pipeline_root(replay):
+    digest = replay["digest"]
     staged = replay["tmp"] / "ws" / "tfx" / "mptfx-digits" / "user_models" / digest[:16] / \
-        "my_model.py"
-    assert two_workers["module"]["module_file"] == str(staged)
-    assert two_workers["module"]["module_sha256"] == digest
-    assert staged.read_bytes() == EXAMPLE.read_bytes()
+        USER_MODEL.name
+    assert replay["module"]["module_file"] == str(staged)
+    assert replay["module"]["module_sha256"] == digest
+    assert staged.read_bytes() == USER_MODEL.read_bytes()
 
 
-def test_the_trainer_pods_import_the_staged_copy(two_workers):
+def test_the_trainer_pods_import_the_staged_copy(two_workers, replay):
     """Both pods built the model from the file (the source was deleted before they started);
     the chief's training summary names the staged copy and its hash."""
     summary = two_workers["training"]
-    assert summary["model_file_staged"] == two_workers["module"]["module_file"]
-    assert summary["model_file_sha256"] == two_workers["digest"]
-    assert summary["model"].startswith("user:my_model.py:build_model@")
-    [job] = two_workers["cluster"].jobs.values()
-    assert all(pod["process"].returncode == 0 for pod in job["pods"])
+    assert summary["model_file_staged"] == replay["module"]["module_file"]
+    assert summary["model_file_sha256"] == replay["digest"]
+    assert summary["model"].startswith(f"user:{USER_MODEL.name}:build_model@")
+    assert all(pod["process"].returncode == 0 for pod in two_workers["job"]["pods"])
