@@ -117,15 +117,25 @@ def _darkened_and_resized(serialized: bytes) -> bytes:
     return _example(out.getvalue())
 
 
+def _monitor_argv(deployed: dict, log_dir: Path, *args: str) -> list[str]:
+    """`mptfx monitor`'s arguments judging the request log `log_dir` in the workspace, with
+    the spans' settings (a retraining it starts trains as cron's would)."""
+    return ["monitor", "--workspace", str(deployed["workspace"]),
+            *set_args(f"serving.request_log.dir={log_dir}", *SPAN_SETTINGS), *args]
+
+
+def _served(workspace: Path) -> list[str]:
+    return sorted(p.name for p in (workspace / "serving" / "digits").iterdir()
+                  if p.name.isdigit())
+
+
 def monitor(capfd, deployed: dict, log_dir: Path, *args: str) -> CliResult:
     """`mptfx monitor` through the CLI's main, its lines captured at the file descriptors
     (a retraining it starts prints through them)."""
     from pipelines.cli import main
 
-    settings = [f"serving.request_log.dir={log_dir}", *SPAN_SETTINGS]
     capfd.readouterr()
-    code = main(["monitor", "--workspace", str(deployed["workspace"]),
-                 *[a for s in settings for a in ("--set", s)], *args])
+    code = main(_monitor_argv(deployed, log_dir, *args))
     out, err = capfd.readouterr()
     return CliResult(code, out, err)
 
@@ -251,8 +261,7 @@ def test_drift_without_a_new_span_is_reported_and_not_retrained(capfd, deployed,
     [skipped] = _runs_since(deployed, before)
     assert skipped.status == "skipped" and skipped.components == {}
     assert skipped.trigger.kind == "drift" and "brightness" in skipped.trigger.features
-    assert sorted(p.name for p in (deployed["workspace"] / "serving" / "digits").iterdir()
-                  if p.name.isdigit()) == ["1"]
+    assert _served(deployed["workspace"]) == ["1"]
 
 
 def _mptfx_process(*args: str) -> subprocess.Popen:
@@ -286,11 +295,6 @@ def _executions(workspace: Path) -> int:
         return db.execute("SELECT COUNT(*) FROM Execution").fetchone()[0]
 
 
-def _served(workspace: Path) -> list[str]:
-    return sorted(p.name for p in (workspace / "serving" / "digits").iterdir()
-                  if p.name.isdigit())
-
-
 @pytest.fixture(scope="module")
 def span_2(deployed, drifted_log):
     """span-2 arrives while traffic has drifted: `mptfx monitor --retrain-on-drift` starts
@@ -298,10 +302,8 @@ def span_2(deployed, drifted_log):
     written meanwhile, and each command's (exit code, stdout, stderr)."""
     add_span(deployed["root"], 2, SPAN_PER_CLASS)
     before = _run_files(deployed)
-    settings = [f"serving.request_log.dir={drifted_log}", *SPAN_SETTINGS, "monitor.min_images=40"]
-    drift = _mptfx_process("monitor", "--workspace", str(deployed["workspace"]),
-                           *set_args(*settings), "--retrain-on-drift",
-                           "--data", str(deployed["data"]))
+    drift = _mptfx_process(*_monitor_argv(deployed, drifted_log, "--set", "monitor.min_images=40",
+                                          "--retrain-on-drift", "--data", str(deployed["data"])))
     _wait_for_the_lock(deployed, drift)
     cron = _retrain_process(deployed)
     scheduled = _finished(cron)
