@@ -28,7 +28,7 @@ $(TOOLS_STAMP): requirements-tools.lock $(STAMP)
 	@$(VENV)/bin/uv pip sync --quiet --compile-bytecode --python $(TOOLS_VENV)/bin/python requirements-tools.lock
 	@touch $(TOOLS_STAMP)
 
-# PostgreSQL for the Kubernetes replay test (installed with apt-get when missing; needs root).
+# PostgreSQL for the Kubernetes replay (installed with apt-get when missing; needs root).
 services:
 	@bash scripts/start_services.sh
 

@@ -8,8 +8,8 @@ cd "$(dirname "$0")/.."
 # Where Debian's PostgreSQL server packages put each major version's binaries.
 PG_LIB=${PG_LIB:-/usr/lib/postgresql}
 
-# PostgreSQL: the shared ML Metadata server of the Kubernetes replay test
-# (tests/e2e/test_k8s_replay.py), reached as mptfx/mptfx on 127.0.0.1.
+# PostgreSQL: the shared ML Metadata server of the Kubernetes replay
+# (tests/image/test_container_replay.py), reached as mptfx/mptfx on 127.0.0.1.
 start_postgres() {
   # The cluster tools (postgresql-common) and the client are on PATH; the server is not.
   ensure_programs services pg_lsclusters:postgresql pg_createcluster:postgresql \

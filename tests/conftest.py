@@ -275,7 +275,6 @@ def first_span_workspace(tmp_path_factory) -> Path:
 LONGEST_FIRST = (
     "integration/test_pretrained_backbone.py",  # 555 s
     "e2e/test_pipeline_e2e.py",  # 426 s
-    "e2e/test_k8s_replay.py",  # 359 s, building the local run
     "e2e/test_tracking_e2e.py",  # 273 s
     "e2e/test_rollout_e2e.py",  # 212 s, building the canary
     "integration/test_vit.py",  # 185 s

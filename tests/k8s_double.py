@@ -1,18 +1,17 @@
 """The Kubernetes API doubles of the tests, and the steps the replays share.
 
 `ScriptedCluster` (tests/unit/test_k8s_runner.py, tests/integration/test_k8s_compile.py)
-finishes each pod on a script; `ProcessCluster` runs them as processes.
+finishes each pod on a script; `ProcessCluster` runs each pod as a process.
 
 `ProcessCluster` implements the calls the Kubernetes runner makes (BatchV1Api, CoreV1Api)
-and "runs" each Job by starting its container command as a local process with the
-container's environment (Secrets resolved), one process per pod, an Indexed Job's pods with
-JOB_COMPLETION_INDEX and their Service DNS names mapped to 127.0.0.1. A native sidecar of
-the TF Serving image (the InfraValidator's, pipelines/kubernetes/infra_sidecar.py) cannot
-run here (no TF Serving binary): tests/tf_serving_double.py runs in its place with the
-container's flags, its REST port and emptyDir folders mapped to a free port and scratch
-folders. It is the only stand-in of the replays (tests/e2e/test_k8s_replay*.py,
-tests/image/test_container_replay.py, which subclasses it to run each pod in the image);
-ML Metadata is the real PostgreSQL server of the `postgres` fixture.
+and "runs" each Job by starting one process per pod with the container's environment
+(Secrets resolved); its subclass in tests/image/test_container_replay.py runs the container
+in the built image. An Indexed Job's pods get JOB_COMPLETION_INDEX, and their Service DNS
+names are mapped to ports on 127.0.0.1. A native sidecar of the TF Serving image (the
+InfraValidator's, pipelines/kubernetes/infra_sidecar.py) cannot run here (no TF Serving
+binary): tests/tf_serving_double.py runs in its place with the container's flags, its REST
+port and emptyDir folders mapped to a free port and scratch folders. It is the replay's only
+stand-in; ML Metadata is the real PostgreSQL server of the `postgres` fixture.
 """
 
 from __future__ import annotations
@@ -28,7 +27,6 @@ from pathlib import Path
 from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
-from tests.conftest import RUN_DIR
 from tests.ports import free_port
 from tests.workspaces import REPLAYED
 
@@ -163,30 +161,17 @@ class ProcessCluster:
         return processes, replacements
 
     def _start_pod(self, name, job, index):
-        container = job["body"]["spec"]["template"]["spec"]["containers"][0]
-        pod_name = f"{name}-{index if index is not None else 0}-{len(job['pods'])}"
-        sidecars, replacements = self._start_sidecars(pod_name,
-                                                      job["body"]["spec"]["template"]["spec"])
-        env = dict(os.environ)
-        for item in container.get("env", []):
-            if "value" in item:
-                value = item["value"]
-                for old, new in replacements.items():
-                    value = value.replace(old, new)
-                env[item["name"]] = value
-            else:
-                ref = item["valueFrom"]["secretKeyRef"]
-                env[item["name"]] = self.secrets[(ref["name"], ref["key"])]
-        env["HOME"] = str(self.scratch / "home")  # the pod's emptyDir
-        if index is not None:
-            env["JOB_COMPLETION_INDEX"] = str(index)
-            env["MPTFX_WORKER_ADDRESS_MAP"] = job["address_map"]
-        command = [sys.executable if part == "python" else part for part in container["command"]]
-        log = open(self.scratch / f"{pod_name}.log", "w")  # noqa: SIM115 - closed by the OS
-        process = subprocess.Popen(command, cwd=RUN_DIR, env=env, stdout=log,
-                                   stderr=subprocess.STDOUT)
-        job["pods"].append({"name": pod_name, "index": index, "process": process,
-                            "seen": False, "sidecars": sidecars})
+        """Start the pod `index` of Job `name` and append it to job["pods"]: a subclass runs
+        its container (tests/image/test_container_replay.py: inside the image)."""
+        raise NotImplementedError
+
+    @staticmethod
+    def _indexed_pod_env(job, index) -> dict[str, str]:
+        """What the kubelet gives an Indexed Job's pod (its index), and the map from the
+        workers' Service DNS names to their ports on 127.0.0.1 that stands in for the DNS."""
+        if index is None:
+            return {}
+        return {"JOB_COMPLETION_INDEX": str(index), "MPTFX_WORKER_ADDRESS_MAP": job["address_map"]}
 
     @staticmethod
     def _stop_sidecars(pod):

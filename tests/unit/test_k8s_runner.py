@@ -3,7 +3,7 @@ CoreV1Api and CustomObjectsApi for TFJobs): scheduling, failures, retries, podFa
 resume and API errors. No API server can run here, so the double stands in at the client
 boundary: it deserialises through the real ApiClient and applies the Job's own backoffLimit
 and podFailurePolicy the way the Job controller does. Its pods finish on a script;
-tests/e2e/test_k8s_replay.py runs them as real processes instead.
+tests/image/test_container_replay.py runs their containers in the built image instead.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """A user's model file for the digits: the architecture of mptfx's `seed_cnn` written out in
 plain Keras, as a user would copy it into a file of their own.
 
-The Kubernetes replay (tests/e2e/test_k8s_replay.py) trains it from the staged copy in the
-pipeline root, so that its outcome can be held to the local run's, which trains the
-built-in `seed_cnn` on the same data.
+The Kubernetes replay in the image (tests/image/test_container_replay.py) trains it from
+the staged copy in the pipeline root, so that its outcome can be held to the local run's,
+which trains the built-in `seed_cnn` on the same data.
 """
 
 import keras
