@@ -401,6 +401,16 @@ def test_resnet50_runs_end_to_end_on_the_resized_digits(unblessed_run):
     assert probabilities.shape == (2, 10)
 
 
+def test_a_run_without_tracking_settings_goes_to_the_workspace_store(digits_run):
+    """configs/local.yaml's `tracking.uri: ""` with no MLFLOW_TRACKING_URI: the workspace's
+    own sqlite store (a server that is down: tests/e2e/test_tracking_e2e.py)."""
+    workspace, result, _ = digits_run
+    section = result.summary.mlflow.to_dict()
+    assert section["tracking_uri"] == f"sqlite:///{workspace}/mlflow.db"
+    assert (workspace / "mlflow.db").stat().st_size > 0
+    assert "pending_sync_to" not in section
+
+
 def test_mlflow_loads_the_champion_and_predicts_with_the_evaluators_accuracy(digits_run,
                                                                             monkeypatch):
     """What a user of MLflow does with the registered model, on the default run's store.

@@ -1,17 +1,18 @@
 """MLflow end to end: real `mptfx` runs against real `mlflow server` processes on 127.0.0.1.
 
-On the digits, everything checked through `MlflowClient` or HTTP:
-- workspace A (a user's model file, examples/my_model.py, on all digits at 8x8): a float32
-  run with no tracking settings → A/mlflow.db, served by `mptfx ui`; then `mptfx sweep` over
-  float32 and mixed_float16 → two runs on server 1 (the first reuses the float32 run's
-  Trainer: the model file is unchanged), then `compare`; mixed_float16 is loss-scaled,
-  blessed and within two points of float32;
-- workspace B (200 digits, a user's LSTM under mixed_float16 with its recurrent layers in
-  float32), tracking.uri = server 2 while nothing listens on its port: the run (batch
-  `auto`, which it records with the probe's cost) completes, warns once, is
-  recorded in B/mlflow.db; `tracking.required=true` fails before any component; server 2
-  then starts (the run still trains) and `mptfx tracking sync` copies it.
-The independent parts run side by side: most of a run's time is spent importing libraries.
+On the digits, everything checked through `MlflowClient` or HTTP, in workspace A (a user's
+model file, examples/my_model.py, on all digits at 8x8):
+- a float32 run whose tracking.uri names server 2 while nothing listens on its port: it
+  completes, warns once and is recorded in A/mlflow.db (served by `mptfx ui`; its report and
+  its system metrics are read there); the same settings with `tracking.required=true` fail
+  before any component; server 2 then starts (the run still trains) and `mptfx tracking
+  sync` copies the run to it;
+- then `mptfx sweep` over float32 and mixed_float16 → two runs on server 1 (the first
+  reuses the float32 run's Trainer: the model file is unchanged), then `compare`;
+  mixed_float16 is loss-scaled, blessed and within two points of float32.
+A run without tracking settings goes to its workspace's store: tests/e2e/test_pipeline_e2e.py.
+A user's LSTM under mixed_float16 with its recurrent layers in float32, at `batch_size: auto`:
+tests/integration/test_trainer.py.
 """
 
 from __future__ import annotations
@@ -48,10 +49,6 @@ SMALL = [*BLESS_ANY, "--set", "data.builtin_per_class=20", "--set", "trainer.epo
 # at 8x8 for 10 epochs, so that its float32 run and the sweep's mixed_float16 point are
 # accurate enough to compare (0.93 each, about 30 s a run here).
 EXAMPLE = REPO / "examples" / "my_model.py"
-# Workspace B's run: an LSTM that reads a digit row by row, under mixed_float16.
-LSTM_FILE = REPO / "tests" / "data" / "user_models" / "lstm_rows.py"
-LSTM = ["--set", f"model.module_file={LSTM_FILE}", "--set", "model.params.units=16",
-        "--set", "trainer.precision=mixed_float16", "--set", "trainer.recurrent_precision=float32"]
 EPOCHS_A = 10
 DIGITS_8X8 = [*BLESS_ANY, "--set", f"model.module_file={EXAMPLE}",
               "--set", "model.input_size=[8,8]", "--set", f"trainer.epochs={EPOCHS_A}"]
@@ -176,11 +173,6 @@ def workspace(root) -> Path:
 
 
 @pytest.fixture(scope="session")
-def offline_workspace(root) -> Path:
-    return root / "workspace-b"
-
-
-@pytest.fixture(scope="session")
 def server(root):
     """Server 1, starting up (the sweep waits for it)."""
     (root / "server-1").mkdir()
@@ -192,7 +184,7 @@ def server(root):
 
 @pytest.fixture(scope="session")
 def later_server(root):
-    """Server 2: nothing listens on its port until the offline runs have looked for it."""
+    """Server 2: nothing listens on its port until the runs pointed at it have looked."""
     (root / "server-2").mkdir()
     server = MlflowServer(root / "server-2", free_port())
     yield server
@@ -200,43 +192,40 @@ def later_server(root):
 
 
 @pytest.fixture(scope="session")
-def launched_default_run(root, workspace):
-    # float32 as the sweep's first point: that point's Trainer then comes from the cache.
+def launched_default_run(root, workspace, later_server):
+    """Workspace A's run, pointed at server 2 before it exists (it may fall back). float32
+    as the sweep's first point: that point's Trainer then comes from the cache."""
     launched = Launched(root, "default-run", "run", "--workspace", str(workspace), "--json",
-                        *DIGITS_8X8, "--set", "trainer.precision=float32")
+                        *DIGITS_8X8, "--set", "trainer.precision=float32",
+                        "--set", f"tracking.uri={later_server.uri}")
     yield launched
     if launched.process.poll() is None:
         launched.process.kill()
 
 
 @pytest.fixture(scope="session")
-def offline(root, offline_workspace, later_server):
-    """A run that may fall back and one that may not, both pointed at server 2 before it
-    exists; once both have looked, server 2 starts while the first one still trains."""
-    tracked = ["--set", f"tracking.uri={later_server.uri}"]
-    # One epoch; an accuracy floor of 1.0 → not blessed → the challenger. The batch is
-    # `auto` under a 16 MB cap: the run records the batch it chose and the probe's cost. The
-    # model is a user's LSTM under mixed_float16, its recurrent layers kept in float32.
-    fallback = Launched(root, "fallback", "run", "--workspace", str(offline_workspace),
-                        "--json", *SMALL, *tracked, "--set", "trainer.epochs=1",
-                        "--set", "evaluator.min_accuracy=1.0",
-                        "--set", "trainer.batch_size=auto",
-                        "--set", "trainer.batch_memory_mb=16", *LSTM)
+def required_run(root, launched_default_run, later_server) -> Result:
+    """The same server with `tracking.required=true`, which may not fall back; once both
+    runs have looked for it, server 2 starts while workspace A's run still trains."""
     required = Launched(root, "required", "run", "--workspace", str(root / "workspace-c"),
-                        "--json", *SMALL, *tracked, "--set", "tracking.required=true")
+                        "--json", *SMALL, "--set", f"tracking.uri={later_server.uri}",
+                        "--set", "tracking.required=true")
     required_result = required.wait()
-    fallback.wait_for_stderr("mptfx: warning: MLflow server")
+    launched_default_run.wait_for_stderr("mptfx: warning: MLflow server")
     later_server.launch()
-    yield fallback, required_result
-    if fallback.process.poll() is None:
-        fallback.process.kill()
+    return required_result
 
 
 @pytest.fixture(scope="session")
-def default_run(launched_default_run) -> dict:
+def default_result(launched_default_run, required_run) -> Result:
     result = launched_default_run.wait()
     assert result.returncode == 0, result.stderr[-3000:]
-    return result.json
+    return result
+
+
+@pytest.fixture(scope="session")
+def default_run(default_result) -> dict:
+    return default_result.json
 
 
 @pytest.fixture(scope="session")
@@ -252,7 +241,7 @@ def ui(default_run, workspace):
 
 
 @pytest.fixture(scope="session")
-def sweep(server, launched_default_run, offline, default_run, ui, workspace):
+def sweep(server, launched_default_run, default_run, ui, workspace):
     """`mptfx sweep` over the precisions in workspace A: two runs on server 1. (The fixtures
     it lists first start the work that can run beside it.)"""
     server.wait_ready()
@@ -273,14 +262,9 @@ def client(server):
 
 
 @pytest.fixture(scope="session")
-def fallback_run(offline) -> Result:
-    return offline[0].wait()
-
-
-@pytest.fixture(scope="session")
-def synced(fallback_run, later_server, offline_workspace):
+def synced(default_run, later_server, workspace):
     later_server.wait_ready()
-    return mptfx("tracking", "sync", "--workspace", str(offline_workspace))
+    return mptfx("tracking", "sync", "--workspace", str(workspace))
 
 
 @pytest.fixture(scope="session")
@@ -426,50 +410,35 @@ def test_compare_json_lists_both_precisions_with_throughput(sweep, server, works
 
 
 def test_with_the_server_down_the_run_completes_warns_once_and_is_kept_locally(
-        fallback_run, later_server, offline_workspace):
-    assert fallback_run.returncode == 0, fallback_run.stderr[-3000:]
-    warnings = [line for line in fallback_run.stderr.splitlines() if "warning" in line.lower()]
+        default_result, later_server, workspace):
+    assert default_result.returncode == 0, default_result.stderr[-3000:]
+    warnings = [line for line in default_result.stderr.splitlines()
+                if "warning" in line.lower()]
     assert len(warnings) == 1, warnings
     assert f"127.0.0.1:{later_server.port}" in warnings[0]
-    assert f"mptfx tracking sync --workspace {offline_workspace}" in warnings[0]
-    section = fallback_run.json["mlflow"]
-    assert section["tracking_uri"] == f"sqlite:///{offline_workspace}/mlflow.db"
+    assert f"mptfx tracking sync --workspace {workspace}" in warnings[0]
+    section = default_result.json["mlflow"]
+    assert section["tracking_uri"] == f"sqlite:///{workspace}/mlflow.db"
+    assert (workspace / "mlflow.db").stat().st_size > 0
     assert section["pending_sync_to"] == later_server.uri
     from mlflow import MlflowClient
 
     local = MlflowClient(tracking_uri=section["tracking_uri"])
     run = local.get_run(section["run_id"])
-    assert run.data.tags["mptfx.tfx_run_id"] == fallback_run.json["run_id"]
-    assert run.data.params["epochs"] == "1" and run.data.tags["mptfx.blessed"] == "false"
+    assert run.data.tags["mptfx.tfx_run_id"] == default_result.json["run_id"]
+    assert run.data.params["epochs"] == str(EPOCHS_A) and run.data.tags["mptfx.blessed"] == "true"
 
 
-def test_a_pipeline_run_records_the_chosen_batch_and_the_probe_cost(fallback_run,
-                                                                   offline_workspace):
-    assert fallback_run.returncode == 0, fallback_run.stderr[-3000:]
-    trainer = fallback_run.json["trainer"]
-    assert trainer["batch_size"] % 8 == 0
-    assert trainer["batch_size_reason"].startswith(
-        f"batch_size auto under {trainer['precision']}: {trainer['batch_size']} (")
-    assert "trainer.batch_memory_mb 16 MB" in trainer["batch_size_reason"]
+def test_a_pipeline_run_records_the_probe_cost(default_run):
+    """`trainer.batch_size: auto` in a Trainer run: tests/unit/test_batch_size.py and
+    tests/integration/test_trainer.py (which also reads summary.json's `trainer` fields)."""
+    trainer = default_run["trainer"]
     assert trainer["autotune_probe_seconds"] >= 0
-    tuning = trainer["autotune"]
-    assert tuning["status"] in ("measured", "one candidate")
-    if tuning["status"] == "measured":  # a CPU with bfloat16 instructions, or a GPU
-        assert tuning["cache_file"].startswith(str(offline_workspace / "autotune"))
+    assert trainer["autotune"]["status"] == "one candidate"  # the precision is forced
 
 
-def test_lstm_trains_with_its_recurrent_layers_in_float32(fallback_run):
-    assert fallback_run.returncode == 0, fallback_run.stderr[-3000:]
-    trainer = fallback_run.json["trainer"]
-    assert trainer["precision"] == "mixed_float16"
-    assert trainer["recurrent_precision"] == "float32"
-    # Read from the trained model's layers by the Trainer.
-    assert trainer["recurrent_layers"] == {"rows_lstm": "float32"}
-    assert "'rows_lstm' (LSTM) kept in float32 under mixed_float16" in fallback_run.stderr
-
-
-def test_tracking_required_fails_before_any_component_runs(offline, later_server, root):
-    required = offline[1]
+def test_tracking_required_fails_before_any_component_runs(required_run, later_server, root):
+    required = required_run
     assert required.returncode == 2
     assert f"127.0.0.1:{later_server.port}" in required.stderr
     assert "tracking.required" in required.stderr
@@ -478,31 +447,23 @@ def test_tracking_required_fails_before_any_component_runs(offline, later_server
 
 
 def test_sync_copies_the_local_run_to_the_server_once_it_is_back(
-        fallback_run, synced, later_client):
-    fallback = fallback_run.json
+        default_run, synced, later_client):
     assert synced.returncode == 0, synced.stderr
-    assert f"synced run {fallback['run_id']}" in synced.stdout
+    assert f"synced run {default_run['run_id']}" in synced.stdout
     experiment = later_client.get_experiment_by_name("mptfx-digits")
     copies = later_client.search_runs(
         [experiment.experiment_id],
-        filter_string=f"tags.`mptfx.synced_from` = '{fallback['mlflow']['run_id']}'")
+        filter_string=f"tags.`mptfx.synced_from` = '{default_run['mlflow']['run_id']}'")
     assert len(copies) == 1
     copy = copies[0]
-    assert copy.info.run_name == fallback["run_id"] and copy.info.status == "FINISHED"
-    assert copy.data.metrics["eval/accuracy"] == fallback["eval"]["accuracy"]
-    assert copy.data.params["precision"] == fallback["trainer"]["precision"]
-    assert len(later_client.get_metric_history(copy.info.run_id, "val_accuracy")) == 1
+    assert copy.info.run_name == default_run["run_id"] and copy.info.status == "FINISHED"
+    assert copy.data.metrics["eval/accuracy"] == default_run["eval"]["accuracy"]
+    assert copy.data.params["precision"] == default_run["trainer"]["precision"]
+    assert len(later_client.get_metric_history(copy.info.run_id, "val_accuracy")) == EPOCHS_A
     artifacts = {a.path for a in later_client.list_artifacts(copy.info.run_id)}
     assert {"model_card.md", "summary.json", "serving_model"} <= artifacts
-    challenger = later_client.get_model_version_by_alias("digits", "challenger")
-    assert challenger.run_id == copy.info.run_id
-
-
-def test_a_run_without_tracking_settings_goes_to_the_workspace_store(default_run, workspace):
-    section = default_run["mlflow"]
-    assert section["tracking_uri"] == f"sqlite:///{workspace}/mlflow.db"
-    assert (workspace / "mlflow.db").stat().st_size > 0
-    assert "pending_sync_to" not in section
+    champion = later_client.get_model_version_by_alias("digits", "champion")
+    assert champion.run_id == copy.info.run_id  # it was pushed
 
 
 def test_mptfx_ui_serves_the_workspace_store(default_run, ui):

@@ -2,7 +2,7 @@
 epochs) with examples/my_model.py (a custom layer done right) under mixed_bfloat16 forced.
 The same file under float32 and mixed_float16, and its unchanged file reusing the cached
 Trainer, are runs of tests/e2e/test_tracking_e2e.py's workspace A; an LSTM under
-mixed_float16 with its recurrent layers in float32 is its workspace B's run.
+mixed_float16 with its recurrent layers in float32 trains in tests/integration/test_trainer.py.
 
 mixed_float16 has no fast kernels on a CPU, so each run is kept to the fewest epochs that
 still bless (evaluator.min_accuracy 0.9 stays as it is).
