@@ -19,7 +19,13 @@ from pathlib import Path
 import pytest
 
 from components.run_summary import RunSummary
-from tests.workspaces import pipeline_run_ids, relocated_copy, shared_root, shared_workspace
+from tests.workspaces import (
+    SMALL,
+    pipeline_run_ids,
+    relocated_copy,
+    shared_root,
+    shared_workspace,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 # Every `mptfx` a test starts runs as a user's would: outside the checkout (what it writes to
@@ -164,75 +170,21 @@ def _sql(psycopg2, server: dict, statement: str) -> None:
 
 # --- trained workspaces, built once per `make test` (tests/workspaces.py) ----------------
 # Two real runs serve every test that needs a trained workspace:
-#   local-run   the replays' SMALL config through the Python API (version 1, stable);
-#   canary      a copy of it plus `mptfx run` of another seed pushed as canary (version 2).
+#   first-span  the digits as image files in spans and `mptfx retrain` as cron runs it on an
+#               empty workspace: it trains span-1 with the suite's baseline settings (SMALL)
+#               and pushes version 1 (stable, MLflow champion) with its monitoring reference;
+#               its workspace is the local run the replays, distillation and the InfraValidator
+#               refusal start from;
+#   canary      a copy of that workspace plus `mptfx run` of another seed pushed as canary
+#               (version 2).
 # A test that changes a workspace takes a `relocated_copy` of one of them.
-CANARY_RUN = ["trainer.seed=7", "pusher.rollout=canary", "evaluator.min_accuracy=0",
-              "evaluator.max_regression=1", "tflite.parity_limit=20"]
-
-
-def _local_run(folder: Path) -> None:
-    from pipelines.api import run_pipeline
-    from tests.k8s_double import SMALL
-
-    summary = run_pipeline(REPO / "configs/local.yaml", folder, overrides=SMALL)
-    assert summary.status == "completed", summary.error
-    assert summary.pushed.to_dict() == {"pushed": True, "path": f"{folder}/serving/digits/1",
-                                        "version": "1", "label": "stable"}
-
-
-@pytest.fixture(scope="session")
-def local_run_workspace(tmp_path_factory) -> Path:
-    """The replays' baseline workspace (read only): their SMALL config run through the Python
-    API (`pipelines.api.run_pipeline`: the local runner, sqlite ML Metadata), in the first
-    test process that asks; it pushed version 1 as stable."""
-    return shared_workspace(tmp_path_factory, "local-run", _local_run)
-
-
-@pytest.fixture(scope="session")
-def local_run(local_run_workspace):
-    """The replays' baseline: (ML Metadata outputs per node, summary) of `local_run_workspace`'s
-    one run."""
-    from tfx.orchestration import metadata
-
-    from pipelines.metadata_summary import collect_outputs
-    from pipelines.workspace import Workspace
-
-    workspace = Workspace(local_run_workspace)
-    [summary_file] = workspace.runs_dir.glob("*/summary.json")
-    summary = RunSummary.read(summary_file)
-    connection = metadata.sqlite_metadata_connection_config(str(workspace.metadata_path))
-    return collect_outputs(connection, summary.pipeline, summary.run_id), summary
-
-
-@pytest.fixture(scope="session")
-def canary_workspace(tmp_path_factory, local_run_workspace) -> Path:
-    """v1 stable + v2 canary (read only; `relocated_copy` it to change it): the local run, then
-    `mptfx run` of another seed with `pusher.rollout: canary` in a copy of its workspace
-    (version 2: canary, MLflow challenger; version 1 stays stable, champion)."""
-    def build(folder: Path) -> None:
-        from tests.k8s_double import SMALL
-
-        folder.rmdir()
-        relocated_copy(local_run_workspace, folder)
-        second = run_mptfx("run", "--config", str(REPO / "configs/local.yaml"),
-                           "--workspace", str(folder), *set_args(*SMALL, *CANARY_RUN),
-                           "--json")
-        assert second.returncode == 0, second.stderr[-3000:]
-        assert second.summary.pushed.label == "canary" and second.summary.pushed.version == "2"
-
-    return shared_workspace(tmp_path_factory, "canary", build)
-
-
-# --- drops of the digits in spans, as scheduled retraining and the monitor see them --------
+#
 # `first_span_workspace`: <folder>/all (every digit as a PNG), <folder>/drops/span-1 (the first
-# SPAN_PER_CLASS images of each class) and <folder>/ws, where `mptfx retrain` trained span 1
-# and pushed version 1 of model `digits` with its monitoring reference. Copy the whole folder
-# (`relocated_copy`): the drops travel with the workspace, and a test adds its own next span.
+# SPAN_PER_CLASS images of each class) and <folder>/ws. Copy the whole folder to add a span
+# (`relocated_copy`): the drops travel with the workspace.
 SPAN_PER_CLASS = 40
-SPAN_SETTINGS = ["pipeline.name=mptfx-digits", "pusher.model_name=digits", "trainer.epochs=8",
-                 "trainer.warm_start=true", "evaluator.min_accuracy=0",
-                 "evaluator.max_regression=1", "tflite.variants=[fp32]", "tflite.parity_limit=20"]
+CANARY_RUN = ["trainer.seed=7", "trainer.warm_start=false", "pusher.rollout=canary",
+              "evaluator.min_accuracy=0"]
 
 
 def add_span(folder: Path, span: int, first: int, count: int = SPAN_PER_CLASS) -> Path:
@@ -252,9 +204,11 @@ def _first_span(folder: Path) -> None:
     export_digits(folder / "all")
     add_span(folder, 1, 0)
     result = run_mptfx("retrain", "--workspace", str(folder / "ws"), "--data",
-                       str(folder / "drops"), "--json", *set_args(*SPAN_SETTINGS))
+                       str(folder / "drops"), "--json", *set_args(*SMALL))
     assert result.returncode == 0, result.stderr[-3000:]
-    assert result.summary.pushed.version == "1"
+    assert result.summary.pushed.to_dict() == {
+        "pushed": True, "path": f"{folder}/ws/serving/digits/1", "version": "1",
+        "label": "stable"}
 
 
 @pytest.fixture(scope="session")
@@ -262,6 +216,53 @@ def first_span_workspace(tmp_path_factory) -> Path:
     """The folder holding the digits, their first span and the workspace trained on it (read
     only; `relocated_copy` the folder to change it)."""
     return shared_workspace(tmp_path_factory, "first-span", _first_span)
+
+
+@pytest.fixture(scope="session")
+def local_run_workspace(first_span_workspace) -> Path:
+    """The baseline workspace (read only): the first span's, where `mptfx retrain` trained
+    span-1 with SMALL through the local runner (sqlite ML Metadata) and pushed version 1 as
+    stable. Its data: `local_run_data`."""
+    return first_span_workspace / "ws"
+
+
+@pytest.fixture(scope="session")
+def local_run_data(first_span_workspace) -> Path:
+    """The drops folder the local run trained on (read only; span-1 alone)."""
+    return first_span_workspace / "drops"
+
+
+@pytest.fixture(scope="session")
+def local_run(local_run_workspace):
+    """The replays' baseline: (ML Metadata outputs per node, summary) of `local_run_workspace`'s
+    one run."""
+    from tfx.orchestration import metadata
+
+    from pipelines.metadata_summary import collect_outputs
+    from pipelines.workspace import Workspace
+
+    workspace = Workspace(local_run_workspace)
+    [summary_file] = workspace.runs_dir.glob("*/summary.json")
+    summary = RunSummary.read(summary_file)
+    connection = metadata.sqlite_metadata_connection_config(str(workspace.metadata_path))
+    return collect_outputs(connection, summary.pipeline, summary.run_id), summary
+
+
+@pytest.fixture(scope="session")
+def canary_workspace(tmp_path_factory, local_run_workspace, local_run_data) -> Path:
+    """v1 stable + v2 canary (read only; `relocated_copy` it to change it): the local run, then
+    `mptfx run` of the same span with another seed and `pusher.rollout: canary` in a copy of
+    its workspace (version 2: canary, MLflow challenger; version 1 stays stable, champion)."""
+    def build(folder: Path) -> None:
+        folder.rmdir()
+        relocated_copy(local_run_workspace, folder)
+        second = run_mptfx("run", "--config", str(REPO / "configs/local.yaml"),
+                           "--workspace", str(folder), "--data", str(local_run_data),
+                           *set_args(*SMALL, *CANARY_RUN), "--json")
+        assert second.returncode == 0, second.stderr[-3000:]
+        assert second.summary.pushed.label == "canary" and second.summary.pushed.version == "2"
+
+    return shared_workspace(tmp_path_factory, "canary", build)
 
 
 # --- the longest files first ----------------------------------------------------------

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -31,14 +30,6 @@ from tests.ports import free_port
 from tests.workspaces import REPLAYED
 
 REPO = Path(__file__).resolve().parents[1]
-# The precision the replays pin (the local run and each replay must train alike; `auto`
-# measures, and under load may choose differently from one run to the next):
-# MPTFX_TEST_PRECISION=mixed_bfloat16 runs them on the bfloat16 path instead of float32.
-TEST_PRECISION = os.environ.get("MPTFX_TEST_PRECISION") or "float32"
-# The replays' pipeline: small enough for a 2-core machine, trained enough (eval accuracy
-# 0.91-0.95 in float32 and bfloat16 alike) that two runs' accuracies are comparable.
-SMALL = ["data.builtin_per_class=40", "trainer.epochs=8", f"trainer.precision={TEST_PRECISION}",
-         "evaluator.min_accuracy=0.5", "tflite.variants=[fp32]"]
 # No registry is reachable from here: a digest the tests make up, so that the rendered
 # objects pin TF Serving by digest as a real config must (infra.serving_image).
 TEST_SERVING_IMAGE = "tensorflow/serving:2.16.1@sha256:" + "5e" * 32

@@ -42,6 +42,20 @@ _COPIED = ".relocated-copy.json"
 REPLAYED = "replayed-run.json"
 
 
+# The precision the baseline and the replays pin (they must train alike; `auto` measures,
+# and under load may choose differently from one run to the next):
+# MPTFX_TEST_PRECISION=mixed_bfloat16 runs them on the bfloat16 path instead of float32.
+TEST_PRECISION = os.environ.get("MPTFX_TEST_PRECISION") or "float32"
+# The suite's baseline pipeline (tests/conftest.py: `first_span_workspace`, the local run),
+# as cron's `mptfx retrain`, the replays, the canary, distillation and the monitor's later
+# spans run it: small enough for a 2-core machine (40 digits a class a span, 8 epochs),
+# trained enough (eval accuracy about 0.8-0.9) that two runs' accuracies are comparable.
+# Warm-started from the champion on each new span; any accuracy over 0.5 is blessed.
+SMALL = ["pipeline.name=mptfx-digits", "pusher.model_name=digits", "trainer.epochs=8",
+         f"trainer.precision={TEST_PRECISION}", "trainer.warm_start=true",
+         "evaluator.min_accuracy=0.5", "evaluator.max_regression=1", "tflite.variants=[fp32]",
+         "tflite.parity_limit=20"]
+
 def shared_root(tmp_path_factory: pytest.TempPathFactory, create: bool = True) -> Path:
     """The folder every process of this run of the suite shares: `$MPTFX_TEST_WORKSPACES`, else
     the controller's basetemp (a pytest-xdist worker's basetemp is `<controller's>/gw<N>`)."""

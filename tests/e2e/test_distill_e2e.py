@@ -1,7 +1,8 @@
 """Distillation through the whole pipeline: a champion, then a student distilled from it
-with `trainer.distill.teacher: champion`. Two pipeline runs through the Python API in one
-workspace: the teacher's (the replays' SMALL config: the suite's shared local run, copied) and
-the student's (a narrower seed_cnn, the int8 TF Lite variant).
+with `trainer.distill.teacher: champion`. Two pipeline runs in one workspace: the teacher's
+(the suite's shared local run, copied: `mptfx retrain` of the digits' first span with the
+baseline settings, SMALL) and the student's through the Python API on the same span (a
+narrower seed_cnn, the int8 TF Lite variant).
 
 What a user would check: the student is gated against its own model's baseline, published
 under its own name with a TF Lite int8 model that passed the parity gate, the teacher's
@@ -20,8 +21,7 @@ from components.serving.models_config import models_config_path, read_labels
 from components.tracking.store import mlflow_client
 from pipelines.api import run_pipeline
 from tests.folders import tree_hash
-from tests.k8s_double import SMALL
-from tests.workspaces import relocated_copy
+from tests.workspaces import SMALL, relocated_copy
 
 REPO = Path(__file__).resolve().parents[2]
 STUDENT = ["trainer.distill.teacher=champion", "model.name=seed_cnn",
@@ -29,10 +29,10 @@ STUDENT = ["trainer.distill.teacher=champion", "model.name=seed_cnn",
 
 
 @pytest.fixture(scope="module")
-def runs(local_run_workspace, tmp_path_factory):
+def runs(local_run_workspace, local_run_data, tmp_path_factory):
     """(teacher summary, student summary, the teacher's serving hash and labels before the
-    student's run, the workspace). The teacher's run is the suite's local run (the replays'
-    SMALL config through the Python API, tests/conftest.py), copied."""
+    student's run, the workspace). The teacher's run is the suite's local run
+    (tests/conftest.py), copied."""
     workspace = relocated_copy(local_run_workspace, tmp_path_factory.mktemp("distill") / "ws")
     [teacher] = [RunSummary.read(path) for path in workspace.glob("runs/*/summary.json")]
     assert teacher.status == "completed" and teacher.pushed.pushed, teacher.error
@@ -40,7 +40,7 @@ def runs(local_run_workspace, tmp_path_factory):
     before = (tree_hash(serving / "digits"),
               read_labels(models_config_path(serving), "digits"))
     student = run_pipeline(REPO / "configs/local.yaml", workspace,
-                           overrides=[*SMALL, *STUDENT])
+                           overrides=[*SMALL, f"data.source={local_run_data}", *STUDENT])
     assert student.status == "completed", student.error
     return teacher, student, before, workspace
 

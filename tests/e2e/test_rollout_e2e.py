@@ -65,7 +65,7 @@ ANALYSIS = {"steps": "[25, 50, 100]", "interval": "10", "min_requests": "20",
 @pytest.fixture(scope="module")
 def workspace(canary_workspace, tmp_path_factory) -> Path:
     """This module's copy of the suite's v1 stable + v2 canary workspace (tests/conftest.py:
-    the replays' SMALL config, trained to eval accuracy about 0.9), which rollouts change."""
+    the first span with SMALL's settings), which rollouts change."""
     return relocated_copy(canary_workspace, tmp_path_factory.mktemp("rollout") / "ws")
 
 

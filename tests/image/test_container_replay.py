@@ -1,9 +1,10 @@
 """The end-to-end replay, in the image: each Job the Kubernetes runner creates runs its
 container spec (image, command, args, env with the Secret's value, volume mounts, runAsUser)
 inside the built image, in the order the runner schedules them, against the real PostgreSQL.
-The pipeline is the local run's (the replays' SMALL config, tests/conftest.py) as a user
-would deploy it: the model a user's file, staged into the pipeline root while compiling (the
-source deleted before the pods start), and the Trainer an Indexed Job of two workers. Its
+The pipeline is the local run's (the first span with SMALL's settings, tests/conftest.py),
+its span on the workspace claim, as a user would deploy it: the model a user's file, staged
+into the pipeline root while compiling (the source deleted before the pods start), and the
+Trainer an Indexed Job of two workers. Its
 outcome is compared with the local runner's run, the driver's records (MLflow, retraining,
 reruns) are checked on it, and the image's own files are as they were: every pod wrote only
 its volumes. This replay is the suite's whole run in the image and on the cluster's terms;
@@ -39,14 +40,13 @@ from containers import Container, container_env, empty_dir, pod_volume
 from tests.conftest import RUN_DIR, set_args
 from tests.k8s_double import (
     REPO,
-    SMALL,
-    TEST_PRECISION,
     ProcessCluster,
     assert_same_outcome,
     connection,
     k8s_overrides,
     submit,
 )
+from tests.workspaces import SMALL, TEST_PRECISION
 
 pytestmark = pytest.mark.e2e
 
@@ -101,7 +101,7 @@ class ContainerCluster(ProcessCluster):
 
 
 @pytest.fixture(scope="module")
-def replay(image, container, postgres, tmp_path_factory):
+def replay(image, container, postgres, local_run_data, tmp_path_factory):
     """The replayed run. Its Trainer is the Indexed Job's two pods, TF_CONFIG from
     JOB_COMPLETION_INDEX and the Service names; its model a user's file, which the driver
     stages into the pipeline root while compiling; the source file is then deleted (and the
@@ -115,7 +115,10 @@ def replay(image, container, postgres, tmp_path_factory):
     shutil.copy(USER_MODEL, source)
     # Outside /tmp, which every pod mounts an emptyDir over.
     workspace = pod_volume(Path(tempfile.mkdtemp(prefix="mptfx-image-replay-", dir="/var/tmp")))
+    # The local run's span, on the workspace claim (the one volume every pod mounts).
+    data = shutil.copytree(local_run_data, workspace / "drops")
     config = load_config(REPO / "configs/local.yaml", SMALL + [
+        f"data.source={data}",
         f"kubernetes.image={image}", *k8s_overrides(postgres, workspace, poll_seconds=1),
         "kubernetes.trainer.workers=2", f"model.module_file={source}",
         # what the local run's seed_cnn takes: 16x16 images (a user's file takes the digits'
@@ -278,11 +281,12 @@ def test_cluster_retraining_sees_the_submitted_run_and_does_nothing(replay, post
 
     monkeypatch.setattr(k8s_commands, "make_clients", no_cluster)
     monkeypatch.setenv("MPTFX_MLMD_PASSWORD", postgres["password"])
-    sets = set_args(*SMALL, *k8s_overrides(postgres, replay["workspace"]))
+    sets = set_args(*SMALL, f"data.source={replay['workspace'] / 'drops'}",
+                    *k8s_overrides(postgres, replay["workspace"]))
     assert cli.main(["retrain", "--runner", "kubernetes", "--in-cluster", "--config",
                      str(REPO / "configs/local.yaml"), *sets]) == 0
     out = capsys.readouterr().out
-    assert "since the last training; nothing to do" in out, out
+    assert "no new data since span 1; nothing to do" in out, out
 
 
 def test_rerunning_a_finished_node_does_nothing(replay, postgres):
