@@ -22,7 +22,6 @@ from components.run_summary import RunSummary
 from tests.workspaces import (
     SMALL,
     pipeline_run_ids,
-    relocated_copy,
     shared_root,
     shared_workspace,
 )
@@ -170,21 +169,21 @@ def _sql(psycopg2, server: dict, statement: str) -> None:
 
 # --- trained workspaces, built once per `make test` (tests/workspaces.py) ----------------
 # Two real runs serve every test that needs a trained workspace:
-#   first-span  the digits as image files in spans and `mptfx retrain` as cron runs it on an
-#               empty workspace: it trains span-1 with the suite's baseline settings (SMALL)
-#               and pushes version 1 (stable, MLflow champion) with its monitoring reference;
-#               its workspace is the local run the replays, distillation and the InfraValidator
-#               refusal start from;
-#   canary      a copy of that workspace plus `mptfx run` of another seed pushed as canary
-#               (version 2).
+#   first-span     the digits as image files in spans and `mptfx retrain` as cron runs it on
+#                  an empty workspace: it trains span-1 with the suite's baseline settings
+#                  (SMALL) and pushes version 1 (stable, MLflow champion) with its monitoring
+#                  reference; its workspace is the local run the replays, distillation and
+#                  the InfraValidator refusal start from;
+#   span-2-canary  a copy of that folder where served traffic drifted, span-2 arrived and
+#                  `mptfx monitor --retrain-on-drift` retrained it and pushed version 2 as
+#                  canary (tests/drift_canary.py); its workspace is the canary the serving
+#                  and rollout tests start from.
 # A test that changes a workspace takes a `relocated_copy` of one of them.
 #
 # `first_span_workspace`: <folder>/all (every digit as a PNG), <folder>/drops/span-1 (the first
 # SPAN_PER_CLASS images of each class) and <folder>/ws. Copy the whole folder to add a span
 # (`relocated_copy`): the drops travel with the workspace.
 SPAN_PER_CLASS = 40
-CANARY_RUN = ["trainer.seed=7", "trainer.warm_start=false", "pusher.rollout=canary",
-              "evaluator.min_accuracy=0"]
 
 
 def add_span(folder: Path, span: int, first: int, count: int = SPAN_PER_CLASS) -> Path:
@@ -249,20 +248,22 @@ def local_run(local_run_workspace):
 
 
 @pytest.fixture(scope="session")
-def canary_workspace(tmp_path_factory, local_run_workspace, local_run_data) -> Path:
-    """v1 stable + v2 canary (read only; `relocated_copy` it to change it): the local run, then
-    `mptfx run` of the same span with another seed and `pusher.rollout: canary` in a copy of
-    its workspace (version 2: canary, MLflow challenger; version 1 stays stable, champion)."""
-    def build(folder: Path) -> None:
-        folder.rmdir()
-        relocated_copy(local_run_workspace, folder)
-        second = run_mptfx("run", "--config", str(REPO / "configs/local.yaml"),
-                           "--workspace", str(folder), "--data", str(local_run_data),
-                           *set_args(*SMALL, *CANARY_RUN), "--json")
-        assert second.returncode == 0, second.stderr[-3000:]
-        assert second.summary.pushed.label == "canary" and second.summary.pushed.version == "2"
+def drift_canary_folder(tmp_path_factory, first_span_workspace) -> Path:
+    """The first span's folder after drift and span-2 (read only; `relocated_copy` the folder
+    to change it): version 1 stable, version 2 canary, what each command said in span-2.json
+    (tests/drift_canary.py)."""
+    from tests.drift_canary import build_drift_canary
 
-    return shared_workspace(tmp_path_factory, "canary", build)
+    return shared_workspace(tmp_path_factory, "span-2-canary",
+                            lambda folder: build_drift_canary(folder, first_span_workspace))
+
+
+@pytest.fixture(scope="session")
+def canary_workspace(drift_canary_folder) -> Path:
+    """v1 stable + v2 canary (read only; `relocated_copy` it to change it): version 1 the
+    first span's, version 2 span-2 retrained on drift, warm-started from version 1, pushed
+    with `pusher.rollout: canary` (MLflow challenger; version 1 stays champion)."""
+    return drift_canary_folder / "ws"
 
 
 # --- the longest files first ----------------------------------------------------------

@@ -1,11 +1,11 @@
 """End to end: `mptfx serve rollout` judges a real canary push with a real Prometheus.
 
 Two real pipeline runs in one workspace (the suite's `canary_workspace`, tests/conftest.py,
-copied) make version 1 (`pusher.rollout: direct`, stable, MLflow champion) and version 2
-(`pusher.rollout: canary`, canary, challenger), trained enough
-(eval accuracy about 0.9) that a healthy canary predicts like the stable. Then, as on the
-cluster (k8s/base/serving.yaml), each track has its own TF Serving with the metrics sidecar in
-front of it:
+copied) make version 1 (`pusher.rollout: direct`, stable, MLflow champion) and version 2 (the
+next span retrained on drift, warm-started from version 1, `pusher.rollout: canary`, canary,
+challenger; tests/drift_canary.py), so that a healthy canary predicts like the stable.
+Then, as on the cluster (k8s/base/serving.yaml), each track has its own TF Serving with the
+metrics sidecar in front of it:
 
     gateway thread --(HTTPRoute weights, path rewritten to the label)--> sidecar --> double
                                                   stable track:  sidecar :A --> double (stable)
@@ -65,7 +65,7 @@ ANALYSIS = {"steps": "[25, 50, 100]", "interval": "10", "min_requests": "20",
 @pytest.fixture(scope="module")
 def workspace(canary_workspace, tmp_path_factory) -> Path:
     """This module's copy of the suite's v1 stable + v2 canary workspace (tests/conftest.py:
-    the first span with SMALL's settings), which rollouts change."""
+    the first span and the next one retrained on drift), which rollouts change."""
     return relocated_copy(canary_workspace, tmp_path_factory.mktemp("rollout") / "ws")
 
 

@@ -2,8 +2,8 @@
 
 One workspace, two real runs (the suite's `canary_workspace`, tests/conftest.py, copied): the
 first pushes version 1 with `pusher.rollout: direct` (it becomes stable, MLflow champion), the
-second trains another seed and pushes version 2 with `pusher.rollout: canary` (it becomes
-canary, MLflow challenger). The tests then drive
+second, a retraining on the next span started by drift (tests/drift_canary.py), pushes version
+2 with `pusher.rollout: canary` (it becomes canary, MLflow challenger). The tests then drive
 `mptfx serve` as a user would and read back what TF Serving would read: models.config
 parsed with TF Serving's own `model_server_config_pb2`, and the aliases in MLflow.
 """
