@@ -474,28 +474,30 @@ def test_mixed_float16_training_exports_a_float32_tflite_ready_model(examples_ur
 
 
 def test_a_users_lstm_trains_with_its_recurrent_layers_in_float32_at_an_automatic_batch(
-        examples_uri, tmp_path, caplog):
+        examples_uri, tmp_path, restore_dtype_policy):
     """A user's model file (tests/data/user_models/lstm_rows.py, an LSTM reading a digit row by
     row) under mixed_float16 with `trainer.recurrent_precision: float32`, at `batch_size:
-    auto` under a 16 MB cap, as the Trainer of a pipeline run receives them: the trained
-    model's LSTM computes in float32 (read from its layers), the rest in float16, and the
-    training summary (summary.json's `trainer`) records both choices and why."""
-    import logging
+    auto` under a 16 MB cap, as the Trainer of a pipeline run receives them: the check
+    `mptfx run` makes before the Ingest says so in one line, the trained model's LSTM computes
+    in float32 (read from its layers) and the training summary (summary.json's `trainer`)
+    records both choices and why."""
+    from components.trainer.model_check import check_model_file
 
     lstm_file = Path(__file__).resolve().parents[1] / "data" / "user_models" / "lstm_rows.py"
     fn_args = _fn_args(examples_uri, str(tmp_path), epochs=1, precision="mixed_float16",
                        recurrent_precision="float32", batch_size="auto", batch_memory_mb=16,
                        autotune="off", input_size=[8, 8], params={"units": 16})
     fn_args.custom_config["model"]["module_file"] = str(lstm_file)
-    with caplog.at_level(logging.INFO):
-        module.run_fn(fn_args)
+    [note] = check_model_file(str(lstm_file), "build_model", "classification", {"units": 16},
+                              (8, 8, 1), "mixed_float16", "float32")
+    assert note == (f"model.module_file {lstm_file}: recurrent layer(s) 'rows_lstm' (LSTM) kept "
+                    "in float32 under mixed_float16 (trainer.recurrent_precision: float32)")
+    module.run_fn(fn_args)
     summary = _summary(fn_args)
     assert summary["precision"] == "mixed_float16"
     assert summary["model_file_staged"] == str(lstm_file)
     assert summary["recurrent_precision"] == "float32"
     assert summary["recurrent_layers"] == {"rows_lstm": "float32"}
-    assert "recurrent layer(s) 'rows_lstm' (LSTM) kept in float32 under mixed_float16" \
-        in caplog.text
     batch = summary["batch_size"]
     assert batch % 8 == 0
     assert summary["batch_size_reason"].startswith(
