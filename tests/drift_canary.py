@@ -164,7 +164,7 @@ def build_drift_canary(root: Path, first_span: Path) -> None:
     (root / _RECORD).write_text(json.dumps({
         "drift": drifted, "scheduled": scheduled,
         "runs": [str(path.relative_to(root)) for path in runs]}))
-    [retrained] = runs_since(workspace, before)
+    [retrained] = [RunSummary.read(path) for path in runs]
     assert retrained.pushed.label == "canary" and retrained.pushed.version == "2", \
         (retrained.error, drifted[2][-3000:])
 

@@ -4,11 +4,11 @@ inside the built image, in the order the runner schedules them, against the real
 The pipeline is the local run's (the first span with SMALL's settings, tests/conftest.py),
 its span on the workspace claim, as a user would deploy it: the model a user's file, staged
 into the pipeline root while compiling (the source deleted before the pods start), and the
-Trainer an Indexed Job of two workers. Its
-outcome is compared with the local runner's run, the driver's records (MLflow, retraining,
-reruns) are checked on it, and the image's own files are as they were: every pod wrote only
-its volumes. This replay is the suite's whole run in the image and on the cluster's terms;
-tests/image/test_image.py starts every command in the image without a run.
+Trainer an Indexed Job of two workers. Its outcome is compared with the local runner's run,
+the driver's records (MLflow, retraining, reruns) are checked on it, and the image's own
+files are as they were: every pod wrote only its volumes. This replay is the suite's whole
+run in the image and on the cluster's terms; tests/image/test_image.py starts every command in
+the image without a run.
 
 The only stand-in is the Kubernetes API (tests/k8s_double.py's `ProcessCluster`, subclassed
 here): a pod is `buildah run` of the Job's container in the image (chroot isolation: the
@@ -281,7 +281,7 @@ def test_cluster_retraining_sees_the_submitted_run_and_does_nothing(replay, post
 
     monkeypatch.setattr(k8s_commands, "make_clients", no_cluster)
     monkeypatch.setenv("MPTFX_MLMD_PASSWORD", postgres["password"])
-    sets = set_args(*SMALL, f"data.source={replay['workspace'] / 'drops'}",
+    sets = set_args(*SMALL, f"data.source={replay['config'].data.source}",
                     *k8s_overrides(postgres, replay["workspace"]))
     assert cli.main(["retrain", "--runner", "kubernetes", "--in-cluster", "--config",
                      str(REPO / "configs/local.yaml"), *sets]) == 0
@@ -307,14 +307,11 @@ def test_rerunning_a_finished_node_does_nothing(replay, postgres):
 def two_workers(replay, postgres):
     """The replay's Trainer: its Indexed Job's pods and logs, its ML Metadata record, the
     model_run folder and the chief's training summary."""
-    from pipelines.metadata_summary import collect_outputs
-
     cluster = replay["cluster"]
     job = cluster.jobs[replay["report"].nodes["Trainer"].job]
     logs = {pod["name"]: cluster.read_namespaced_pod_log(pod["name"], "mptfx")
             for pod in job["pods"]}
-    nodes = collect_outputs(connection(postgres), replay["config"].pipeline.name,
-                            replay["run_id"])
+    nodes = _replay_outputs(replay, postgres)
     model_run = nodes["Trainer"]["outputs"]["model_run"][0].uri
     return {"job": job, "logs": logs, "nodes": nodes, "model_run": model_run,
             "training": json.loads(Path(model_run, "training_summary.json").read_text())}
