@@ -48,10 +48,13 @@ IMAGE_FIRST = if bash scripts/build_image.sh $(IMAGE); then export MPTFX_IMAGE_B
 	elif [ "$$CI" = true ] || type -P buildah >/dev/null; then exit 2; fi; \
 	export MPTFX_IMAGE=$(IMAGE);
 
-# The test files run on every core (pytest-xdist; one file stays on one worker, so the
-# pipeline runs a module shares are made once), the longest files first (tests/conftest.py,
-# LONGEST_FIRST; xdist's own reordering would put the files with most tests first).
-PARALLEL ?= -n auto --dist loadfile --no-loadscope-reorder
+# The test files run on one pytest-xdist worker more than there are cores: a worker waiting
+# (a rollout's analysis window, a server starting, a command in the image) leaves its core to
+# the others. One file stays on one worker, so the pipeline runs a module shares are made once;
+# the longest files start first (tests/conftest.py, LONGEST_FIRST; xdist's own reordering would
+# put the files with most tests first). Measured on 2 cores in docs/DEVELOPMENT.md.
+WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
+PARALLEL ?= -n $(WORKERS) --dist loadfile --no-loadscope-reorder
 
 # Every tier but the fault runs; the image builds beside the other tiers (scripts/run_tests.sh).
 test: setup tools services
