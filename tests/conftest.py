@@ -269,22 +269,23 @@ def canary_workspace(drift_canary_folder) -> Path:
 # --- the longest files first ----------------------------------------------------------
 # pytest-xdist hands a worker one file at a time (`--dist loadfile`) in collection order when
 # `--no-loadscope-reorder` is given (the Makefile's PARALLEL); its default order, most tests
-# first, left a 10-minute file to start near the end while the other worker sat idle. Longest
-# first, the short unit files fill the end. The seconds each file took on one worker,
-# including the shared states it happened to build, `--durations=0` of the whole `make test`
-# on an AVX2-only EPYC with oneDNN on, 2026-12-05 (a file not listed keeps its place after
-# these; the order only moves time).
+# first, left a 10-minute file to start near the end while the other workers sat idle. Longest
+# first, the short unit files fill the end. The seconds each file took on its worker,
+# including the shared states it happened to build, in a clean clone's `make test` on 3
+# workers on the 2-core Xeon with AVX512_BF16, 2026-12-06 (a file not listed keeps its place
+# after these; the order only moves time).
 LONGEST_FIRST = (
-    "integration/test_pretrained_backbone.py",  # 555 s
-    "e2e/test_pipeline_e2e.py",  # 426 s
-    "e2e/test_tracking_e2e.py",  # 273 s
-    "e2e/test_rollout_e2e.py",  # 212 s, building the canary
-    "integration/test_vit.py",  # 185 s
-    "e2e/test_photos_e2e.py",  # 152 s
-    "integration/test_trainer_distribution.py",  # 150 s
-    "e2e/test_monitor_e2e.py",  # 148 s
-    "e2e/test_bad_input.py",  # 104 s
-    "e2e/test_user_volumes_e2e.py",  # 103 s
+    "integration/test_pretrained_backbone.py",  # 291 s
+    "e2e/test_pipeline_e2e.py",  # 287 s
+    "e2e/test_rollout_e2e.py",  # 259 s, building the first span and the drift canary
+    "e2e/test_tracking_e2e.py",  # 180 s
+    "integration/test_trainer_distribution.py",  # 130 s
+    "integration/test_vit.py",  # 116 s
+    "e2e/test_photos_e2e.py",  # 108 s
+    "integration/test_input_bound.py",  # 99 s
+    "e2e/test_bad_input.py",  # 77 s
+    "e2e/test_bench_e2e.py",  # 75 s
+    "e2e/test_user_volumes_e2e.py",  # 66 s
 )
 
 # Right after them, tests/image: its files wait for the image that scripts/run_tests.sh builds
