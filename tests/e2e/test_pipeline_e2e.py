@@ -349,11 +349,16 @@ def unblessed_run(mptfx, digits_run, user_data):
     name, from random weights, 1 epoch) under an impossible accuracy floor, judged against
     the blessed one. TFX's cache reuses the unchanged components. Autotune off: on a CPU with
     bfloat16 instructions it would build and time ResNet-50 twice more (33 of the Trainer's
-    101 s on an AVX512_BF16 Xeon); the default run above measures its cells."""
+    101 s on an AVX512_BF16 Xeon); the default run above measures its cells. float32 pinned,
+    as `auto` picks on a CPU without bfloat16 instructions: on the AVX512_BF16 Xeon `auto`
+    gives mixed_bfloat16, and this 1-epoch run took 129 CPU-seconds instead of 88 (Trainer
+    72 s against 49, its export rebuilding the model in float32; Evaluator 16.5 s against
+    12); the bfloat16 run end to end is test_user_model_e2e.py's."""
     workspace = digits_run[0]
     return mptfx("run", "--workspace", str(workspace), "--data", str(user_data), "--json",
                  "--set", "model.name=resnet50", "--set", "trainer.epochs=1",
-                 "--set", "trainer.autotune=off", "--set", "evaluator.min_accuracy=0.999")
+                 "--set", "trainer.autotune=off", "--set", "trainer.precision=float32",
+                 "--set", "evaluator.min_accuracy=0.999")
 
 
 def test_accuracy_floor_not_met_reports_why_and_pushes_nothing(digits_run, unblessed_run):
