@@ -19,8 +19,8 @@ check it (this used to be a run of its own in test_pretrained.py, on a random ba
 - training starts from the file: the backbone's checksum at the start is the file's;
 - the head trains first on the frozen backbone, then only the top blocks unfreeze (the recipe
   `trainer.fine_tune: auto` picks with pretrained weights), BatchNorm still frozen.
-Slow (alone on 2 cores, about one and a half minutes for MobileNetV3-Small and two for
-ResNet-50): integration tier, no subprocess.
+Slow (alone on 2 cores, 45 s for MobileNetV3-Small and 100 s for ResNet-50): integration
+tier, no subprocess.
 """
 
 from __future__ import annotations
