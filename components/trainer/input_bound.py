@@ -6,12 +6,12 @@ gains 1.15x from AMP where B4 gains 2.7x: its augmentation is CPU-bound). So the
 measures, per epoch:
 
 - `input_wait_share`: the seconds the train step spent waiting for its next batch, over the
-  epoch's training seconds. Measured at the iterator: `InputWaitMeter.watch` zips a clock in
-  front of the input pipeline (`zip` asks the clock, then the pipeline, in that order), and
-  a last map adds "now - asked" to a float64 CPU variable. It runs inside the step's own
-  `GetNext` and adds no host sync (the variable is read once per epoch): two small tf.data
-  function calls per batch (`mptfx bench --sections system_metrics` times the training
-  with and without it).
+  epoch's stepping seconds (its first batch's start to its last batch's end). Measured at
+  the iterator: `InputWaitMeter.watch` zips a clock in front of the input pipeline (`zip`
+  asks the clock, then the pipeline, in that order), and a last map adds "now - asked" to
+  a float64 CPU variable. It runs inside the step's own `GetNext` and adds no host sync
+  (the variable is read once per epoch): two small tf.data function calls per batch
+  (`mptfx bench --sections system_metrics` times the training with and without it).
 - `steps_per_sec`: training steps over the same seconds.
 
 and once per run the steps/s of the model alone on one cached batch: the autotune probe's
@@ -78,34 +78,56 @@ class InputWaitMeter:
             waited.assign_add(tf.timestamp() - asked)
             return batch
 
-        return tf.data.Dataset.zip((clock, dataset)).map(record)
+        # tf.data appends a prefetch after a pipeline's last synchronous map by default
+        # (`inject_prefetch`): its thread, not the step, would then ask the clock, and the
+        # wait would be the pipeline's time per batch even where the step never waited
+        # (a 30 ms producer beside a 50 ms step measured 0.58 where the step waited about 8 %).
+        options = tf.data.Options()
+        options.experimental_optimization.inject_prefetch = False
+        return tf.data.Dataset.zip((clock, dataset)).map(record).with_options(options)
 
 
 class _InputWaitCallback(keras.callbacks.Callback):
-    """Per epoch: waited seconds / seconds from epoch start to its last train batch."""
+    """Per epoch: waited seconds / seconds from its first train batch's start to its last
+    train batch's end.
+
+    The window opens at the first batch, not at the epoch's start: in between, Keras drops
+    the previous epoch's iterator, and tf.data's teardown of it took up to 2.5 s on 2 busy
+    cores (2026-12-06), time in which no step ran and none waited. Counted, it halved the
+    share of such epochs. The first batch's own wait (the pipeline filling) is in the window.
+    """
 
     def __init__(self, meter: InputWaitMeter) -> None:
         super().__init__()
         self._meter = meter
-        self._started = self._last_batch_end = 0.0
+        self._started: float | None = None
+        self._last_batch_end = 0.0
         self._waited_at_start = 0.0
         self._steps = 0
 
     def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
         self._waited_at_start = self._meter.waited_seconds
-        self._started = self._last_batch_end = time.perf_counter()
+        self._started = None
         self._steps = 0
+
+    def on_train_batch_begin(self, batch: int, logs: dict | None = None) -> None:
+        if self._started is None:
+            self._started = self._last_batch_end = time.perf_counter()
 
     def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
         self._last_batch_end = time.perf_counter()
         self._steps += 1
 
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        if logs is None:
+            return
+        if self._started is None:  # no train batch ran
+            logs[INPUT_WAIT_SHARE] = logs[STEPS_PER_SEC] = 0.0
+            return
         seconds = max(self._last_batch_end - self._started, 1e-9)
         waited = self._meter.waited_seconds - self._waited_at_start
-        if logs is not None:
-            logs[INPUT_WAIT_SHARE] = min(1.0, max(0.0, waited / seconds))
-            logs[STEPS_PER_SEC] = self._steps / seconds
+        logs[INPUT_WAIT_SHARE] = min(1.0, max(0.0, waited / seconds))
+        logs[STEPS_PER_SEC] = self._steps / seconds
 
 
 def probe_steps_per_sec(tuning: TuningRecord) -> float | None:
