@@ -89,12 +89,19 @@ class Container:
             except subprocess.TimeoutExpired:
                 continue
 
+    def find(self, *expression: str) -> list[str]:
+        """`find`'s EXPRESSION over the container's root file system, run on the host
+        (mounted host folders are not in it), as container paths ("/." is the root). Read
+        on the host, not through `buildah run`, whose relayed output once came back empty
+        under load."""
+        found = subprocess.run(["find", str(self.rootfs), "-xdev", *expression],
+                               capture_output=True, text=True, check=True).stdout.splitlines()
+        return ["/" + str(Path(p).relative_to(self.rootfs)) for p in found]
+
     def changed_since(self, marker: Path, ignore: tuple[str, ...]) -> list[str]:
         """The container's own files modified after MARKER was touched, IGNORE's prefixes
-        left out (mounted host folders are not in the rootfs)."""
-        found = subprocess.run(["find", str(self.rootfs), "-xdev", "-newer", str(marker)],
-                               capture_output=True, text=True, check=True).stdout.split()
-        paths = ["/" + str(Path(p).relative_to(self.rootfs)) for p in found]
+        left out."""
+        paths = self.find("-newer", str(marker))
         return sorted(p for p in paths if p != "/." and not p.startswith(ignore))
 
 
